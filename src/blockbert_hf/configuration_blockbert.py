@@ -1,0 +1,221 @@
+# Copyright 2026 The blockbert-hf authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""BlockBERT configuration.
+
+This file is copied next to saved checkpoints (``trust_remote_code``), so it imports nothing from ``blockbert_hf``.
+"""
+
+import math
+
+from huggingface_hub.dataclasses import strict
+from transformers import PreTrainedConfig
+
+
+ATTENTION_PATTERNS = ("blockwise", "full", "sparse_fixed")
+POSITION_EMBEDDING_STYLES = ("roberta", "bert")
+
+
+def parse_heads_per_shift(value: str | list[int] | tuple[int, ...]) -> list[int]:
+    """Turns the paper's notation ``"10:2"`` / ``"8:2:2"`` (or a list) into a list of head counts, one per shift."""
+    if isinstance(value, str):
+        parts = value.replace(" ", "").split(":")
+        if not all(part.lstrip("-").isdigit() for part in parts):
+            raise ValueError(
+                f"heads_per_shift={value!r} is not in the paper's notation: write one head count per shift separated "
+                "by ':', e.g. '10:2' (10 heads with shift 0, 2 heads with shift 1) or '8:2:2'."
+            )
+        return [int(part) for part in parts]
+    return [int(count) for count in value]
+
+
+def default_heads_per_shift(num_attention_heads: int, num_blocks: int) -> list[int]:
+    """SPEC default: every shift ``s > 0`` gets ``max(1, A // 6)`` heads and shift 0 the rest ([10, 2], [8, 2, 2] at A=12)."""
+    if num_blocks < 1:
+        raise ValueError(f"num_blocks must be >= 1, got {num_blocks}.")
+    per_shift = max(1, num_attention_heads // 6)
+    shift_zero = num_attention_heads - per_shift * (num_blocks - 1)
+    if shift_zero < 1:
+        raise ValueError(
+            f"With {num_attention_heads} attention heads and num_blocks={num_blocks} the default head split leaves no "
+            f"head with shift 0 ({per_shift} heads for each of the {num_blocks - 1} other shifts). Pass "
+            "heads_per_shift explicitly (one count per shift, summing to num_attention_heads), or use fewer blocks."
+        )
+    return [shift_zero] + [per_shift] * (num_blocks - 1)
+
+
+@strict
+class BlockBertConfig(PreTrainedConfig):
+    r"""
+    Configuration of a BlockBERT model ("Blockwise Self-Attention for Long Document Understanding", Qiu et al., 2020):
+    RoBERTa (or BERT, see `position_embedding_style`) whose self-attention is restricted to blocks. Defaults give a
+    RoBERTa-base sized model with `N = 512` tokens, 2 blocks and the paper's "10:2" head split.
+
+    The sequence length `N` (the most tokens one input may have) is derived from `max_position_embeddings`:
+    `N = max_position_embeddings - pad_token_id - 1` with RoBERTa positions (514 -> 512), `N = max_position_embeddings`
+    with BERT positions. It is available as `config.max_sequence_length`.
+
+    Args:
+        num_blocks (`int`, *optional*, defaults to 2):
+            `n`, the number of blocks each sequence is split into. `n = 1` is exactly RoBERTa's full attention.
+        block_size (`int`, *optional*):
+            `b`, tokens per block. Defaults to `ceil(N / n)`; may be set larger, never so small that `n * b < N`.
+        heads_per_shift (`list[int]` or `str`, *optional*):
+            One head count per shift, summing to `num_attention_heads`: the first `heads_per_shift[0]` heads use shift
+            0 (query block `i` attends key block `i`), the next `heads_per_shift[1]` heads shift 1 (block `i` attends
+            block `(i + 1) mod n`), and so on. The paper's notation is accepted: `"10:2"` == `[10, 2]`. Defaults to
+            `[10, 2]` for 12 heads and n = 2, `[8, 2, 2]` for n = 3; otherwise each shift `s > 0` gets
+            `max(1, num_attention_heads // 6)` heads and shift 0 the rest.
+        attention_pattern (`str`, *optional*, defaults to `"blockwise"`):
+            *Which* query/key pairs may attend: `"blockwise"` (BlockBERT), `"full"` (ordinary RoBERTa attention, the
+            paper's RoBERTa-1seq baseline) or `"sparse_fixed"` (the paper's SparseBERT baseline: Child et al.'s fixed
+            pattern, applied as a dense mask, so it costs as much as full attention).
+            This is independent of `attn_implementation` (`"eager"`, `"sdpa"`, ...), which chooses *which kernel*
+            computes the attention tiles: every pattern runs on every kernel and gives the same result.
+            `"blockwise"` folds the `n` blocks into the batch dimension and calls the kernel on `b x b` tiles, so
+            attention memory and FLOPs are `N^2 / n`; no `N x N` score matrix is ever built.
+        sparse_stride (`int`, *optional*, defaults to 128):
+            `l` of the `"sparse_fixed"` pattern.
+        sparse_expressivity (`int`, *optional*, defaults to 32):
+            `c` of the `"sparse_fixed"` pattern.
+        position_embedding_style (`str`, *optional*, defaults to `"roberta"`):
+            `"roberta"`: learned absolute positions that skip padding and start at `pad_token_id + 1`;
+            `"bert"`: positions `0, 1, 2, ...` (use with `type_vocab_size=2` for BERT checkpoints).
+
+    The remaining fields are RoBERTa's ([`~transformers.RobertaConfig`]).
+
+    Example:
+
+    ```python
+    >>> import blockbert_hf
+    >>> from blockbert_hf import BlockBertConfig, BlockBertModel
+
+    >>> config = BlockBertConfig(num_blocks=3, heads_per_shift="8:2:2", max_position_embeddings=1026)
+    >>> config.max_sequence_length, config.block_size
+    (1024, 342)
+    >>> model = BlockBertModel(config)
+    ```"""
+
+    model_type = "blockbert"
+
+    vocab_size: int = 50265
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float | int = 0.1
+    attention_probs_dropout_prob: float | int = 0.1
+    max_position_embeddings: int = 514
+    type_vocab_size: int = 1
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-5
+    pad_token_id: int | None = 1
+    bos_token_id: int | None = 0
+    eos_token_id: int | list[int] | None = 2
+    classifier_dropout: float | int | None = None
+    tie_word_embeddings: bool = True
+
+    num_blocks: int = 2
+    block_size: int | None = None
+    heads_per_shift: list[int] | str | None = None
+    attention_pattern: str = "blockwise"
+    sparse_stride: int = 128
+    sparse_expressivity: int = 32
+    position_embedding_style: str = "roberta"
+
+    def __post_init__(self, **kwargs):
+        if self.position_embedding_style not in POSITION_EMBEDDING_STYLES:
+            raise ValueError(
+                f"position_embedding_style={self.position_embedding_style!r} is unknown: use one of "
+                f"{POSITION_EMBEDDING_STYLES} ('roberta' for RoBERTa checkpoints, 'bert' for BERT checkpoints)."
+            )
+        if self.num_blocks < 1:
+            raise ValueError(f"num_blocks must be >= 1 (it is n, the number of blocks), got {self.num_blocks}.")
+        if self.block_size is None:
+            self.block_size = math.ceil(self.max_sequence_length / self.num_blocks)
+        if self.heads_per_shift is None:
+            self.heads_per_shift = default_heads_per_shift(self.num_attention_heads, self.num_blocks)
+        else:
+            self.heads_per_shift = parse_heads_per_shift(self.heads_per_shift)
+        super().__post_init__(**kwargs)
+        # Raised here as plain ValueErrors (SPEC item 7); `validate_blockwise` re-checks at save time.
+        self.check_blockwise_fields()
+
+    @property
+    def max_sequence_length(self) -> int:
+        """`N`, the most tokens one sequence may have (position embeddings minus RoBERTa's reserved rows)."""
+        if self.position_embedding_style == "roberta":
+            return self.max_position_embeddings - (self.pad_token_id if self.pad_token_id is not None else 1) - 1
+        return self.max_position_embeddings
+
+    @property
+    def head_shifts(self) -> list[int]:
+        """The shift of every head, in head order: `heads_per_shift=[10, 2]` gives `[0] * 10 + [1] * 2`."""
+        return [shift for shift, count in enumerate(self.heads_per_shift) for _ in range(count)]
+
+    def check_blockwise_fields(self):
+        """Raises a `ValueError` that says what to change when the blockwise fields do not fit together."""
+        if self.hidden_size % self.num_attention_heads != 0:
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) must be a multiple of num_attention_heads ({self.num_attention_heads})."
+            )
+        if self.attention_pattern not in ATTENTION_PATTERNS:
+            raise ValueError(
+                f"attention_pattern={self.attention_pattern!r} is unknown: use one of {ATTENTION_PATTERNS}. "
+                "(The kernel is chosen separately, with attn_implementation='eager' or 'sdpa'.)"
+            )
+        if self.position_embedding_style not in POSITION_EMBEDDING_STYLES:
+            raise ValueError(
+                f"position_embedding_style={self.position_embedding_style!r} is unknown: use one of "
+                f"{POSITION_EMBEDDING_STYLES}."
+            )
+        if self.num_blocks < 1:
+            raise ValueError(f"num_blocks must be >= 1 (it is n, the number of blocks), got {self.num_blocks}.")
+        if self.max_sequence_length < 1:
+            raise ValueError(
+                f"max_position_embeddings={self.max_position_embeddings} leaves no room for tokens with "
+                f"position_embedding_style={self.position_embedding_style!r}."
+            )
+        n, b, length = self.num_blocks, self.block_size, self.max_sequence_length
+        if b < 1 or n * b < length:
+            raise ValueError(
+                f"num_blocks * block_size = {n} * {b} = {n * b} is smaller than the sequence length N = {length}: "
+                f"the blocks must cover the sequence. Use block_size >= {math.ceil(length / n)} (= ceil(N / n)) or "
+                "leave block_size unset to get that default."
+            )
+        counts = self.heads_per_shift
+        if len(counts) != n:
+            raise ValueError(
+                f"heads_per_shift={counts} has {len(counts)} entries but num_blocks={n}: give one head count per "
+                f"shift 0..{n - 1}, e.g. {default_heads_per_shift(self.num_attention_heads, n)}."
+            )
+        if any(count < 0 for count in counts):
+            raise ValueError(f"heads_per_shift={counts} has a negative head count; counts must be >= 0.")
+        if sum(counts) != self.num_attention_heads:
+            raise ValueError(
+                f"heads_per_shift={counts} sums to {sum(counts)} but num_attention_heads={self.num_attention_heads}: "
+                "the counts must add up to the number of heads."
+            )
+        if self.sparse_stride < 1 or not 0 <= self.sparse_expressivity <= self.sparse_stride:
+            raise ValueError(
+                f"sparse_stride={self.sparse_stride} and sparse_expressivity={self.sparse_expressivity} must satisfy "
+                "sparse_stride >= 1 and 0 <= sparse_expressivity <= sparse_stride."
+            )
+
+    def validate_blockwise(self):
+        """Part of `@strict`-powered validation (run again by `save_pretrained`)."""
+        self.check_blockwise_fields()
+
+
+__all__ = ["BlockBertConfig", "default_heads_per_shift", "parse_heads_per_shift"]

@@ -1,0 +1,60 @@
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+import blockbert_hf
+from blockbert_hf import BlockBertConfig
+from blockbert_hf.tokenization import read_text_lines, train_roberta_tokenizer
+
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SAMPLE_TEXT = REPO_ROOT / "data" / "samples" / "wikitext2_test_sample.txt"
+SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+
+
+def tiny_config(**overrides) -> BlockBertConfig:
+    """A 2-layer, 4-head, hidden-32 BlockBERT with N = 64 (RoBERTa positions), n = 2, b = 32, heads [3, 1]."""
+    fields = dict(
+        vocab_size=120,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=66,
+        num_blocks=2,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
+    fields.update(overrides)
+    return BlockBertConfig(**fields)
+
+
+def make_model(model_class, config, attn_implementation="sdpa"):
+    """A model in eval mode that runs the given attention kernel."""
+    model = model_class(config)
+    model.set_attn_implementation(attn_implementation)
+    return model.eval()
+
+
+def random_batch(lengths, seq_len, vocab_size=120, pad_token_id=1, generator=None):
+    """Right-padded input ids (no pad id inside the real tokens) and the matching attention mask."""
+    input_ids = torch.full((len(lengths), seq_len), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(lengths), seq_len), dtype=torch.long)
+    for row, length in enumerate(lengths):
+        input_ids[row, :length] = torch.randint(3, vocab_size, (length,), generator=generator)
+        attention_mask[row, :length] = 1
+    return input_ids, attention_mask
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """A RoBERTa-style byte-level BPE tokenizer trained on the bundled WikiText-2 sample (pad id 1, mask id 4)."""
+    return train_roberta_tokenizer(read_text_lines(SAMPLE_TEXT), vocab_size=1000, model_max_length=64)
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
