@@ -258,6 +258,63 @@ def eager_attention_forward(
     return attn_output, attn_weights
 
 
+def tiled_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    layout: AttentionLayout,
+    attention_interface: Callable,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The attention op: `query`, `key`, `value` of shape `(batch, num_tiles * tile_len, heads, head_dim)` (already
+    padded to whole tiles) -> `(batch, num_tiles * tile_len, heads * head_dim)` and the attention weights.
+
+    Tiles are folded into the batch dimension (a view), and the kernel runs once per head group on
+    `(batch * tiles, group_heads, tile_len, head_dim)`; only the key/value heads of groups with a shift are copied,
+    to line each query tile up with its partner tile.
+    """
+    batch_size, padded_len, num_heads, head_dim = query.shape
+    tiles, tile_len = layout.num_tiles, layout.tile_len
+    tiled_shape = (batch_size * tiles, tile_len, num_heads, head_dim)
+    query, key, value = query.view(tiled_shape), key.view(tiled_shape), value.view(tiled_shape)
+    outputs, weights = [], []
+    for group in layout.groups:
+        group_query, group_key, group_value = (x[:, :, group.heads] for x in (query, key, value))
+        if group.partner is not None:
+            group_shape = (batch_size, tiles, *group_key.shape[1:])
+            group_key = group_key.reshape(group_shape)[:, group.partner].flatten(0, 1)
+            group_value = group_value.reshape(group_shape)[:, group.partner].flatten(0, 1)
+        attn_output, attn_weights = attention_interface(
+            module,
+            group_query.transpose(1, 2),
+            group_key.transpose(1, 2),
+            group_value.transpose(1, 2),
+            group.mask,
+            dropout=dropout,
+            scaling=scaling,
+            **kwargs,
+        )
+        if group.empty is not None:
+            # SPEC rule 1: a query with no admissible key outputs zero (and has zero probabilities).
+            attn_output = attn_output.masked_fill(group.empty[:, :, None, None], 0.0)
+            if attn_weights is not None:
+                attn_weights = attn_weights.masked_fill(group.empty[:, None, :, None], 0.0)
+        outputs.append(attn_output)
+        weights.append(attn_weights)
+
+    attn_output = torch.cat(outputs, dim=2) if len(outputs) > 1 else outputs[0]
+    attn_output = attn_output.reshape(batch_size, padded_len, num_heads * head_dim)
+    attn_weights = None
+    if all(w is not None for w in weights):
+        attn_weights = torch.cat(weights, dim=1) if len(weights) > 1 else weights[0]
+        if layout.blockwise:
+            attn_weights = attn_weights.view(batch_size, tiles, num_heads, tile_len, tile_len).transpose(1, 2)
+    return attn_output, attn_weights
+
+
 class BlockBertSelfAttention(nn.Module):
     """Multi-head self-attention that runs the kernel once per head group on `(batch * tiles)` tiles.
 
@@ -288,54 +345,27 @@ class BlockBertSelfAttention(nn.Module):
         self, hidden_states: torch.Tensor, layout: AttentionLayout, **kwargs: Unpack[TransformersKwargs]
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         batch_size, seq_len, _ = hidden_states.shape
-        tiles, tile_len = layout.num_tiles, layout.tile_len
-        padding = tiles * tile_len - seq_len
-        # (batch * tiles, tile_len, heads, head_dim): blocks folded into the batch dimension, a view when unpadded.
-        tiled_shape = (batch_size * tiles, tile_len, self.num_attention_heads, self.attention_head_size)
-        query, key, value = (
-            nn.functional.pad(projection(hidden_states), (0, 0, 0, padding)).view(tiled_shape)
-            for projection in (self.query, self.key, self.value)
-        )
-
+        padding = layout.num_tiles * layout.tile_len - seq_len
+        head_shape = (batch_size, seq_len + padding, self.num_attention_heads, self.attention_head_size)
+        query, key, value = (projection(hidden_states) for projection in (self.query, self.key, self.value))
+        if padding:  # only a multi-block input whose length is not a multiple of b (F.pad copies even when 0)
+            query, key, value = (nn.functional.pad(x, (0, 0, 0, padding)) for x in (query, key, value))
+        query, key, value = (x.view(head_shape) for x in (query, key, value))
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
         )
-        dropout = self.dropout.p if self.training else 0.0
-        outputs, weights = [], []
-        for group in layout.groups:
-            group_query, group_key, group_value = (x[:, :, group.heads] for x in (query, key, value))
-            if group.partner is not None:
-                # Bring each query tile's partner key/value tile to its place (a copy of this group's heads only).
-                group_shape = (batch_size, tiles, *group_key.shape[1:])
-                group_key = group_key.reshape(group_shape)[:, group.partner].flatten(0, 1)
-                group_value = group_value.reshape(group_shape)[:, group.partner].flatten(0, 1)
-            attn_output, attn_weights = attention_interface(
-                self,
-                group_query.transpose(1, 2),
-                group_key.transpose(1, 2),
-                group_value.transpose(1, 2),
-                group.mask,
-                dropout=dropout,
-                scaling=self.scaling,
-                **kwargs,
-            )
-            if group.empty is not None:
-                # SPEC rule 1: a query with no admissible key outputs zero (and has zero probabilities).
-                attn_output = attn_output.masked_fill(group.empty[:, :, None, None], 0.0)
-                if attn_weights is not None:
-                    attn_weights = attn_weights.masked_fill(group.empty[:, None, :, None], 0.0)
-            outputs.append(attn_output)
-            weights.append(attn_weights)
-
-        attn_output = torch.cat(outputs, dim=2) if len(outputs) > 1 else outputs[0]
-        attn_output = attn_output.reshape(batch_size, tiles * tile_len, self.all_head_size)[:, :seq_len]
-        attn_weights = None
-        if all(w is not None for w in weights):
-            attn_weights = torch.cat(weights, dim=1) if len(weights) > 1 else weights[0]
-            if layout.blockwise:
-                attn_weights = attn_weights.view(batch_size, tiles, self.num_attention_heads, tile_len, tile_len)
-                attn_weights = attn_weights.transpose(1, 2)
-        return attn_output, attn_weights
+        attn_output, attn_weights = tiled_attention(
+            self,
+            query,
+            key,
+            value,
+            layout,
+            attention_interface,
+            dropout=self.dropout.p if self.training else 0.0,
+            scaling=self.scaling,
+            **kwargs,
+        )
+        return attn_output[:, :seq_len], attn_weights
 
 
 class BlockBertSelfOutput(nn.Module):

@@ -1,0 +1,117 @@
+"""Forward time of BlockBertModel (BERT-base dims) with full attention vs blockwise n=2/n=3, and the attention op alone.
+
+    python benchmarks/blockwise_speed.py                      # 8 x 1024 model forward + attention op at N = 4096
+    python benchmarks/blockwise_speed.py --quick              # tiny sizes, checks the script runs
+
+All candidates are timed interleaved in one process (medians of --repeats runs); only same-run ratios are reported.
+"""
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+from blockbert_hf import BlockBertModel
+from blockbert_hf.benchmarking import bert_base_config, describe_machine, interleaved_medians
+from blockbert_hf.modeling_blockbert import build_attention_layout, tiled_attention
+
+
+def model_forward(batch_size: int, seq_len: int, repeats: int, layers: int) -> dict:
+    input_ids = torch.randint(3, 30522, (batch_size, seq_len))
+    candidates = {}
+    for name, fields in {
+        "full (sdpa)": dict(attention_pattern="full", num_blocks=1),
+        "blockwise n=2 (sdpa)": dict(num_blocks=2),
+        "blockwise n=3 (sdpa)": dict(num_blocks=3),
+    }.items():
+        config = bert_base_config(seq_len, num_hidden_layers=layers, **fields)
+        model = BlockBertModel(config, add_pooling_layer=False).eval()
+        model.set_attn_implementation("sdpa")
+        candidates[name] = lambda model=model: model(input_ids)
+    with torch.inference_mode():
+        return interleaved_medians(candidates, repeats=repeats, anchor="full (sdpa)")
+
+
+def attention_op(seq_len: int, repeats: int) -> dict:
+    heads, head_dim = 12, 64
+    query, key, value = (torch.randn(1, seq_len, heads, head_dim) for _ in range(3))
+    module = torch.nn.Module()
+    full_inputs = [x.transpose(1, 2) for x in (query, key, value)]
+    candidates = {"full SDPA": lambda: torch.nn.functional.scaled_dot_product_attention(*full_inputs)}
+    for n in (2, 4):
+        config = bert_base_config(seq_len, num_blocks=n)
+        layout = build_attention_layout(config, None, 1, seq_len, "cpu")
+        candidates[f"blockwise n={n}"] = lambda layout=layout: tiled_attention(
+            module, query, key, value, layout, sdpa_attention_forward, scaling=head_dim**-0.5
+        )
+    with torch.inference_mode():
+        return interleaved_medians(candidates, repeats=repeats, anchor="full SDPA")
+
+
+def render_markdown(results: dict) -> str:
+    args = results["args"]
+    lines = [
+        "# BlockBERT forward speed (measured by `benchmarks/blockwise_speed.py`)",
+        "",
+        f"Machine: {results['machine']}. Command: `python benchmarks/blockwise_speed.py` "
+        f"(repeats {args['repeats']}, interleaved in one process).",
+        "",
+        f"## `BlockBertModel` forward, batch {args['batch_size']} x {args['seq_len']}, {args['layers']} layers, "
+        "BERT-base dims",
+        "",
+        "| model | median (s) | ratio of medians to full-sdpa | median of paired per-round ratios |",
+        "|---|---|---|---|",
+    ]
+    for name, result in results["forward"].items():
+        lines.append(f"| {name} | {result['median_s']:.3f} | {result['ratio_of_medians']:.3f} | "
+                     f"{result['median_paired_ratio']:.3f} |")
+    lines += [
+        "",
+        f"## Attention op alone, 1 x {args['op_seq_len']}, 12 heads x 64 (q, k, v given; no projections)",
+        "",
+        "| op | median (ms) | time x n / full-SDPA (of medians) | time x n / full-SDPA (paired rounds) |",
+        "|---|---|---|---|",
+    ]
+    for name, result in results["attention_op"].items():
+        n = int(name.split("=")[1]) if "=" in name else 1
+        lines.append(f"| {name} | {result['median_s'] * 1000:.1f} | {result['ratio_of_medians'] * n:.3f} | "
+                     f"{result['median_paired_ratio'] * n:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batch_size", type=int, default=8)
+    parser.add_argument("--seq_len", type=int, default=1024)
+    parser.add_argument("--op_seq_len", type=int, default=4096)
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--layers", type=int, default=12)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: checks that the script works")
+    parser.add_argument("--output", help="write the measurements as JSON here")
+    parser.add_argument("--markdown", help="write the tables as markdown here (e.g. docs/benchmarks/blockwise_speed.md)")
+    parser.add_argument("--from_json", help="print/render a run saved with --output instead of measuring")
+    args = parser.parse_args()
+    if args.quick:
+        args.batch_size, args.seq_len, args.op_seq_len, args.repeats, args.layers = 1, 128, 256, 2, 1
+
+    if args.from_json:
+        results = json.loads(Path(args.from_json).read_text())
+    else:
+        results = {
+            "machine": describe_machine(),
+            "args": {k: v for k, v in vars(args).items() if k not in ("output", "markdown", "from_json")},
+            "forward": model_forward(args.batch_size, args.seq_len, args.repeats, args.layers),
+            "attention_op": attention_op(args.op_seq_len, args.repeats),
+        }
+    markdown = render_markdown(results)
+    print(markdown)
+    for path, text in ((args.output, json.dumps(results, indent=2)), (args.markdown, markdown)):
+        if path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text(text)
+
+
+if __name__ == "__main__":
+    main()
