@@ -56,7 +56,9 @@ def main():
     torch.manual_seed(args.seed)
 
     lines = read_text_lines(args.text_file)
-    paragraphs = [line for line in lines if not line.startswith("=")][:4]
+    body = [line for line in lines if not line.startswith("=")]
+    # A long paragraph (truncated to N), a medium one, and one sentence shorter than a block: a padded batch.
+    paragraphs = [body[0], body[2], body[1].split(" . ")[0] + " ."]
     tokenizer = train_roberta_tokenizer(lines, vocab_size=2000, model_max_length=256)
     config = BlockBertConfig(
         vocab_size=len(tokenizer),
