@@ -239,3 +239,29 @@ def test_atomic_save_leaves_nothing_behind_on_failure(tmp_path):
     with pytest.raises(RuntimeError):
         save_atomically(tmp_path / "out", broken)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_sparse_prediction_gives_the_same_loss_with_logits_only_for_labelled_positions():
+    input_ids, attention_mask = random_batch([40, 25], 40)
+    labels = torch.full_like(input_ids, -100)
+    labels[0, [3, 9]] = input_ids[0, [3, 9]]
+    labels[1, 4] = input_ids[1, 4]
+    dense = BlockBertForMaskedLM(tiny_config()).eval()
+    sparse = BlockBertForMaskedLM(tiny_config(sparse_prediction=True)).eval()
+    sparse.load_state_dict(dense.state_dict())
+    with torch.no_grad():
+        dense_out = dense(input_ids, attention_mask=attention_mask, labels=labels)
+        sparse_out = sparse(input_ids, attention_mask=attention_mask, labels=labels)
+        unlabelled = sparse(input_ids, attention_mask=attention_mask)
+    assert sparse_out.logits.shape == (3, 120) and unlabelled.logits.shape == (2, 40, 120)
+    torch.testing.assert_close(sparse_out.loss, dense_out.loss)
+    torch.testing.assert_close(sparse_out.logits, dense_out.logits[labels != -100])
+
+
+def test_attention_weights_only_when_asked():
+    model = make_model(BlockBertModel, tiny_config(num_blocks=2), "eager")
+    input_ids, attention_mask = random_batch([40, 25], 40)
+    with torch.no_grad():
+        assert model(input_ids, attention_mask=attention_mask).attentions is None
+        attentions = model(input_ids, attention_mask=attention_mask, output_attentions=True).attentions
+    assert len(attentions) == 2 and attentions[0].shape == (2, 4, 2, 32, 32)

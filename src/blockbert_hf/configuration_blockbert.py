@@ -91,6 +91,11 @@ class BlockBertConfig(PreTrainedConfig):
         position_embedding_style (`str`, *optional*, defaults to `"roberta"`):
             `"roberta"`: learned absolute positions that skip padding and start at `pad_token_id + 1`;
             `"bert"`: positions `0, 1, 2, ...` (use with `type_vocab_size=2` for BERT checkpoints).
+        sparse_prediction (`bool`, *optional*, defaults to `False`):
+            As in ModernBERT: when `BlockBertForMaskedLM` gets `labels`, run the MLM head only on the positions whose
+            label is not -100 and return `logits` of shape `(num_masked, vocab_size)` instead of
+            `(batch, seq_len, vocab_size)`. Same loss, far less memory in pre-training (the head's logits are
+            otherwise the largest activation). Without `labels` the full logits are always returned.
 
     The remaining fields are RoBERTa's ([`~transformers.RobertaConfig`]).
 
@@ -133,6 +138,7 @@ class BlockBertConfig(PreTrainedConfig):
     sparse_stride: int = 128
     sparse_expressivity: int = 32
     position_embedding_style: str = "roberta"
+    sparse_prediction: bool = False
 
     def __post_init__(self, **kwargs):
         if self.position_embedding_style not in POSITION_EMBEDDING_STYLES:

@@ -104,6 +104,8 @@ class AttentionLayout:
     num_tiles: int
     groups: list[HeadGroup]
     blockwise: bool
+    # Whether attention weights are wanted (`output_attentions`): only then are the groups' weights put together.
+    return_weights: bool = False
 
 
 def _masks_for_group(allowed: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
@@ -308,7 +310,7 @@ def tiled_attention(
     attn_output = torch.cat(outputs, dim=2) if len(outputs) > 1 else outputs[0]
     attn_output = attn_output.reshape(batch_size, padded_len, num_heads * head_dim)
     attn_weights = None
-    if all(w is not None for w in weights):
+    if layout.return_weights and all(w is not None for w in weights):
         attn_weights = torch.cat(weights, dim=1) if len(weights) > 1 else weights[0]
         if layout.blockwise:
             attn_weights = attn_weights.view(batch_size, tiles, num_heads, tile_len, tile_len).transpose(1, 2)
@@ -616,6 +618,7 @@ class BlockBertModel(BlockBertPreTrainedModel):
             input_ids=input_ids, position_ids=position_ids, token_type_ids=token_type_ids, inputs_embeds=inputs_embeds
         )
         layout = build_attention_layout(self.config, key_is_real, *input_shape, device=embedding_output.device)
+        layout.return_weights = bool(kwargs.get("output_attentions", self.config.output_attentions))
         encoder_outputs = self.encoder(embedding_output, layout, **kwargs)
         sequence_output = encoder_outputs.last_hidden_state
         pooled_output = self.pooler(sequence_output) if self.pooler is not None else None
@@ -666,11 +669,19 @@ class BlockBertForMaskedLM(BlockBertPreTrainedModel):
             return_dict=True,
             **kwargs,
         )
-        prediction_scores = self.lm_head(outputs[0])
+        sequence_output = outputs[0]
+        if labels is not None:
+            labels = labels.to(sequence_output.device)
+            if self.config.sparse_prediction:
+                # Only the positions that carry a label go through the head (see `BlockBertConfig.sparse_prediction`).
+                labels = labels.reshape(-1)
+                is_predicted = labels != -100
+                sequence_output = sequence_output.reshape(labels.shape[0], -1)[is_predicted]
+                labels = labels[is_predicted]
+        prediction_scores = self.lm_head(sequence_output)
 
         masked_lm_loss = None
         if labels is not None:
-            labels = labels.to(prediction_scores.device)
             masked_lm_loss = CrossEntropyLoss()(prediction_scores.view(-1, self.config.vocab_size), labels.view(-1))
 
         return MaskedLMOutput(
