@@ -247,3 +247,19 @@ def test_dense_patterns_equal_their_masked_reference(attention_pattern):
         expected, _ = reference_for_layer(model, captured["hidden"], allowed, 64)
     real = attention_mask.bool()
     torch.testing.assert_close(captured["context"][real], expected[real], atol=1e-5, rtol=1e-5)
+
+
+def test_flex_attention_matches_sdpa_in_inference():
+    """flex_attention (compiled; inference only on CPU) computes the same blockwise attention, padding included."""
+    pytest.importorskip("torch.nn.attention.flex_attention")
+    config = tiny_config(num_blocks=3, heads_per_shift=[2, 1, 1], num_hidden_layers=1)
+    sdpa = make_model(BlockBertModel, config, "sdpa")
+    flex = make_model(BlockBertModel, config, "flex_attention")
+    flex.load_state_dict(sdpa.state_dict())
+    input_ids, attention_mask = random_batch([64, 30, 20], 64)
+    with torch.no_grad():
+        expected = sdpa(input_ids, attention_mask=attention_mask).last_hidden_state
+        actual = flex(input_ids, attention_mask=attention_mask).last_hidden_state
+    real = attention_mask.bool()
+    assert not actual.isnan().any()
+    torch.testing.assert_close(actual[real], expected[real], atol=1e-5, rtol=1e-5)

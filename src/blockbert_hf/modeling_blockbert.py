@@ -116,6 +116,23 @@ def _masks_for_group(allowed: torch.Tensor) -> tuple[torch.Tensor | None, torch.
     return (empty if bool(empty.any()) else None), (None if bool(mask.all()) else mask)
 
 
+def _as_flex_block_mask(mask: torch.Tensor):
+    """flex_attention takes masks as a `BlockMask`, built here from a boolean (rows, 1, queries or 1, keys) mask."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    rows, _, num_queries, num_keys = mask.shape
+    if num_queries == 1:
+
+        def mask_mod(row, head, query, key):
+            return mask[row, 0, 0, key]
+    else:
+
+        def mask_mod(row, head, query, key):
+            return mask[row, 0, query, key]
+
+    return create_block_mask(mask_mod, B=rows, H=None, Q_LEN=num_keys, KV_LEN=num_keys, device=mask.device)
+
+
 def build_attention_layout(
     config: BlockBertConfig, key_is_real: torch.Tensor | None, batch_size: int, seq_len: int, device
 ) -> AttentionLayout:
@@ -123,6 +140,17 @@ def build_attention_layout(
 
     `key_is_real` is the boolean `(batch, seq_len)` attention mask, or None when every position is a real token.
     """
+    layout = _build_attention_layout(config, key_is_real, batch_size, seq_len, device)
+    if config._attn_implementation == "flex_attention":
+        for group in layout.groups:
+            if group.mask is not None:
+                group.mask = _as_flex_block_mask(group.mask)
+    return layout
+
+
+def _build_attention_layout(
+    config: BlockBertConfig, key_is_real: torch.Tensor | None, batch_size: int, seq_len: int, device
+) -> AttentionLayout:
     if config.attention_pattern != "blockwise":
         allowed = torch.ones(batch_size, 1, seq_len, dtype=torch.bool, device=device)
         if key_is_real is not None:
@@ -520,6 +548,7 @@ class BlockBertPreTrainedModel(PreTrainedModel):
     base_model_prefix = "roberta"
     supports_gradient_checkpointing = True
     _supports_sdpa = True
+    _supports_flex_attn = True  # inference only on CPU (torch's flex_attention has no CPU backward)
     _supports_attention_backend = True
     _can_record_outputs = {
         "hidden_states": BlockBertLayer,
