@@ -1,15 +1,17 @@
 import os
-from pathlib import Path
 
-import pytest
-import torch
 
-import blockbert_hf
-from blockbert_hf import BlockBertConfig
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported: it reads this once
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from blockbert_hf import BlockBertConfig  # noqa: E402
 from blockbert_hf.tokenization import read_text_lines, train_roberta_tokenizer
 
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_TEXT = REPO_ROOT / "data" / "samples" / "wikitext2_test_sample.txt"
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"

@@ -265,3 +265,14 @@ def test_attention_weights_only_when_asked():
         assert model(input_ids, attention_mask=attention_mask).attentions is None
         attentions = model(input_ids, attention_mask=attention_mask, output_attentions=True).attentions
     assert len(attentions) == 2 and attentions[0].shape == (2, 4, 2, 32, 32)
+
+
+def test_atomic_save_gives_an_ordinary_folder(tmp_path):
+    import os
+    import stat
+
+    umask = os.umask(0)
+    os.umask(umask)
+    folder = save_atomically(tmp_path / "out", lambda staging: (staging / "a.txt").write_text("x"))
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o777 & ~umask
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]

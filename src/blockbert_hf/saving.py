@@ -15,6 +15,9 @@ def atomic_directory(path: str | os.PathLike):
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    staging.chmod(0o777 & ~umask)  # mkdtemp makes it owner-only; the result should look like any folder
     try:
         yield staging
     except BaseException:

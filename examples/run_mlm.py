@@ -1,0 +1,38 @@
+"""Masked-language-model pre-training of BlockBERT, launched with Accelerate.
+
+    accelerate launch [--num_processes 2 --cpu] examples/run_mlm.py --output_dir OUT \\
+        --train_files a.txt.gz b.txt.gz --validation_files held_out.txt.gz --document_boundary heading \\
+        --train_tokenizer_vocab_size 8192 --max_seq_length 512 \\
+        --num_hidden_layers 4 --hidden_size 256 --num_attention_heads 4 --num_blocks 2 --heads_per_shift 3:1 \\
+        --tokens_per_batch 16384 --per_device_train_batch_size 8 --max_train_tokens 4000000 \\
+        --eval_steps 50 --checkpointing_steps 50
+
+Data: local .txt / .txt.gz / .jsonl files (or --dataset_name for a hub dataset). --document_boundary says where
+documents end: `file` (a .txt file is one document; a .jsonl record or hub row is one), `blank_line`, or `heading`
+(a line matching --document_heading_regex starts one; default WikiText's ` = Title = `). Sequences are packed like
+RoBERTa's DOC-SENTENCES: contiguous text up to N tokens, never across a document boundary.
+Model: from scratch (--config_name and/or size flags) or --model_name_or_path (e.g. a converted checkpoint; the
+blockwise flags override its config). Tokenizer: --tokenizer_name, the model's, or trained on the fly
+(--train_tokenizer_vocab_size), saved with the model.
+Defaults are the paper's: AdamW (0.9, 0.999, eps 1e-8), weight decay 0.01, peak lr 2.5e-4 with linear warmup and
+decay, gradient clipping 1.0, 131,072 tokens per batch (B x N, split into processes x micro-batches x accumulation).
+Outputs in --output_dir: metrics.jsonl (+ TensorBoard), checkpoints/step_K (atomic; --resume_from_checkpoint latest
+continues exactly), final_model/, results.json. All logic is in `blockbert_hf.pretraining`.
+"""
+
+import json
+
+from transformers import HfArgumentParser
+
+from blockbert_hf.pretraining import PretrainingArguments, run_pretraining
+
+
+def main(argv=None):
+    (args,) = HfArgumentParser(PretrainingArguments).parse_args_into_dataclasses(args=argv)
+    results = run_pretraining(args)
+    if results.get("finished") and "eval_perplexity" in results:
+        print(json.dumps({key: results[key] for key in ("step", "eval_loss", "eval_perplexity", "tokens_per_second")}))
+
+
+if __name__ == "__main__":
+    main()

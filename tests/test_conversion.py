@@ -1,0 +1,280 @@
+"""RoBERTa/BERT -> BlockBERT conversion (SPEC, "Positions and conversion"): weight for weight, n = 1 equality,
+position extension, BERT specifics, headless sources, bad inputs that write nothing."""
+
+import importlib.util
+import json
+
+import huggingface_hub
+import pytest
+import torch
+from tokenizers import BertWordPieceTokenizer
+from transformers import (
+    AutoModelForMaskedLM,
+    AutoTokenizer,
+    BertConfig,
+    BertForMaskedLM,
+    BertForPreTraining,
+    BertModel,
+    BertTokenizer,
+    DistilBertConfig,
+    DistilBertModel,
+    RobertaConfig,
+    RobertaForMaskedLM,
+    RobertaModel,
+)
+
+from blockbert_hf import BlockBertForMaskedLM, BlockBertModel
+from blockbert_hf.conversion import (
+    ConversionError,
+    convert_checkpoint,
+    extend_position_embeddings,
+    map_source_key,
+    sample_sentences,
+    verify_conversion,
+)
+from blockbert_hf.tokenization import read_text_lines
+
+from conftest import REPO_ROOT, SAMPLE_TEXT
+
+
+TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
+SENTENCES = sample_sentences(SAMPLE_TEXT, 4)
+
+
+def _load_example():
+    path = REPO_ROOT / "examples" / "convert_roberta_to_blockbert.py"
+    spec = importlib.util.spec_from_file_location("convert_example", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def bert_tokenizer_folder(tmp_path_factory):
+    """A lower-cased WordPiece tokenizer trained on the bundled sample ([PAD] = 0, as in BERT)."""
+    folder = tmp_path_factory.mktemp("bert-tokenizer")
+    wordpiece = BertWordPieceTokenizer(lowercase=True)
+    wordpiece.train_from_iterator(read_text_lines(SAMPLE_TEXT), vocab_size=600, min_frequency=2,
+                                  special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"], show_progress=False)
+    wordpiece.save_model(str(folder))
+    BertTokenizer(vocab=str(folder / "vocab.txt"), model_max_length=64).save_pretrained(folder)
+    return folder
+
+
+def _save(model, tokenizer, folder):
+    model.eval().save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.fixture
+def roberta_mlm(tmp_path, tokenizer):
+    config = RobertaConfig(vocab_size=len(tokenizer), max_position_embeddings=66, pad_token_id=1, **TINY)
+    return _save(RobertaForMaskedLM(config), tokenizer, tmp_path / "roberta-mlm")
+
+
+def _bert(model_class, folder, tokenizer_folder, **overrides):
+    tokenizer = BertTokenizer.from_pretrained(tokenizer_folder)
+    fields = dict(vocab_size=len(tokenizer), max_position_embeddings=64, type_vocab_size=2, pad_token_id=0,
+                  layer_norm_eps=1e-12, **TINY)
+    fields.update(overrides)
+    return _save(model_class(BertConfig(**fields)), tokenizer, folder)
+
+
+def _n1_check(checks):
+    return next(check for check in checks if check.name == "n=1 vs source")
+
+
+def test_roberta_mlm_converts_weight_for_weight_and_n1_logits_are_equal(roberta_mlm, tmp_path):
+    converted = convert_checkpoint(roberta_mlm, num_blocks=2, heads_per_shift="3:1")
+    assert type(converted.model) is BlockBertForMaskedLM
+    config = converted.config
+    assert (config.num_blocks, config.block_size, config.heads_per_shift) == (2, 32, [3, 1])
+    assert config.position_embedding_style == "roberta" and config.max_sequence_length == 64
+    # Every source tensor once: RobertaForMaskedLM's tensors (tied ones counted once) all copied, nothing extended.
+    source_tensors = {id(t) for t in converted.source_model.state_dict(keep_vars=True).values()}
+    assert len(converted.copied) == len(source_tensors) and not converted.extended and not converted.dropped
+    checks = verify_conversion(converted, SENTENCES)
+    assert _n1_check(checks).max_abs_diff < 1e-5
+    assert max(_n1_check(checks).lengths) == 64  # the joined input reaches N
+    assert all(check.passed for check in checks)
+    # Inputs shorter than a block: the shift-1 head sees an empty block, so the outputs differ from RoBERTa's ...
+    reported = next(check for check in checks if check.tolerance is None)
+    assert reported.max_abs_diff > 1e-3
+    # ... and equal the n = 1 model with that head silenced.
+    silenced = next(check for check in checks if "silenced" in check.name)
+    assert silenced.max_abs_diff < 1e-5 and max(silenced.lengths) == 32
+
+    # The n = 1 conversion is the RoBERTa model itself, also through the saved folder.
+    example = _load_example()
+    assert example.main([roberta_mlm, str(tmp_path / "out"), "--num_blocks", "1"]) == 0
+    loaded = AutoModelForMaskedLM.from_pretrained(tmp_path / "out").eval()
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "out")
+    assert type(loaded) is BlockBertForMaskedLM and tokenizer.model_max_length == 64
+    source = RobertaForMaskedLM.from_pretrained(roberta_mlm).eval()
+    batch = tokenizer(SENTENCES, padding=True, truncation=True, return_tensors="pt")
+    with torch.no_grad():
+        diff = (loaded(**batch).logits - source(**batch).logits)[batch["attention_mask"].bool()].abs().max()
+    assert diff < 1e-5
+    report = json.loads((tmp_path / "out" / "conversion_report.json").read_text())
+    assert report["verification"][0]["passed"] and report["num_blocks"] == 1
+    assert (tmp_path / "out" / "modeling_blockbert.py").exists()
+
+
+def test_bert_mlm_converts_with_bert_positions_token_types_and_head(tmp_path, bert_tokenizer_folder):
+    source = _bert(BertForMaskedLM, tmp_path / "bert-mlm", bert_tokenizer_folder, layer_norm_eps=1e-7,
+                   hidden_act="gelu")
+    converted = convert_checkpoint(source, num_blocks=2, heads_per_shift=[3, 1], max_seq_length=128)
+    config = converted.config
+    assert type(converted.model) is BlockBertForMaskedLM
+    assert config.position_embedding_style == "bert" and config.type_vocab_size == 2 and config.pad_token_id == 0
+    assert config.layer_norm_eps == 1e-7 and config.max_position_embeddings == 128
+    head = converted.model.lm_head
+    bert_head = converted.source_model.cls.predictions
+    torch.testing.assert_close(head.dense.weight, bert_head.transform.dense.weight)
+    torch.testing.assert_close(head.layer_norm.weight, bert_head.transform.LayerNorm.weight)
+    torch.testing.assert_close(head.bias, bert_head.bias)
+    assert head.decoder.weight.data_ptr() == converted.model.roberta.embeddings.word_embeddings.weight.data_ptr()
+    checks = verify_conversion(converted, SENTENCES)
+    assert _n1_check(checks).max_abs_diff < 1e-5 and all(check.passed for check in checks)
+
+    # Token types reach the model: a pair encodes differently from the same text as one segment.
+    tokenizer = converted.tokenizer
+    pair = tokenizer("the battle", "the war", return_tensors="pt")
+    assert pair["token_type_ids"].max() == 1
+    with torch.no_grad():
+        with_types = converted.model(**pair).logits
+        without = converted.model(pair["input_ids"], attention_mask=pair["attention_mask"]).logits
+    assert (with_types - without).abs().max() > 1e-4
+
+
+def test_bert_base_model_carries_activation_and_pooler(tmp_path, bert_tokenizer_folder):
+    source = _bert(BertModel, tmp_path / "bert", bert_tokenizer_folder, hidden_act="relu", layer_norm_eps=1e-6)
+    converted = convert_checkpoint(source, num_blocks=1)
+    assert type(converted.model) is BlockBertModel and converted.model.pooler is not None
+    assert converted.config.hidden_act == "relu" and converted.config.layer_norm_eps == 1e-6
+    check = _n1_check(verify_conversion(converted, SENTENCES))
+    assert check.max_abs_diff < 1e-5 and check.passed
+
+
+@pytest.mark.parametrize("style", ["roberta", "bert"])
+def test_position_extension_repeats_the_trained_rows(style, tmp_path, tokenizer, bert_tokenizer_folder):
+    if style == "roberta":
+        config = RobertaConfig(vocab_size=len(tokenizer), max_position_embeddings=66, pad_token_id=1, **TINY)
+        source = _save(RobertaModel(config), tokenizer, tmp_path / "src")
+    else:
+        source = _bert(BertModel, tmp_path / "src", bert_tokenizer_folder)
+    converted = convert_checkpoint(source, num_blocks=2, heads_per_shift="3:1", max_seq_length=150)
+    old = converted.source_model.embeddings.position_embeddings.weight
+    new = converted.model.embeddings.position_embeddings.weight
+    reserved = 2 if style == "roberta" else 0  # RoBERTa keeps rows 0 and 1 (pad = 1) and repeats rows 2..65
+    assert new.shape[0] == 150 + reserved and converted.config.max_sequence_length == 150
+    torch.testing.assert_close(new[:reserved], old[:reserved], rtol=0, atol=0)
+    for row in range(150):
+        torch.testing.assert_close(new[reserved + row], old[reserved + row % 64], rtol=0, atol=0)
+    assert converted.extended == {"embeddings.position_embeddings.weight": ([64 + reserved, 32], [150 + reserved, 32])}
+    checks = verify_conversion(converted, SENTENCES)
+    assert all(check.passed for check in checks)
+    # The extended model runs on an input of the full new length.
+    input_ids = torch.randint(5, 500, (1, 150))
+    with torch.no_grad():
+        assert torch.isfinite(converted.model(input_ids).last_hidden_state).all()
+
+
+def test_extend_position_embeddings_rule():
+    rows = torch.arange(6.0)[:, None].expand(6, 2)  # RoBERTa-style, pad 1: rows 0, 1 reserved, 4 trained rows
+    extended = extend_position_embeddings(rows, 12, "roberta", pad_token_id=1)
+    assert extended[:, 0].tolist() == [0, 1, 2, 3, 4, 5, 2, 3, 4, 5, 2, 3]
+    assert extend_position_embeddings(rows, 9, "bert", pad_token_id=0)[:, 0].tolist() == [0, 1, 2, 3, 4, 5, 0, 1, 2]
+
+
+def test_map_source_key_names():
+    assert map_source_key("bert.encoder.layer.0.attention.self.query.weight", "bert", True) == (
+        "base", "encoder.layer.0.attention.self.query.weight")
+    assert map_source_key("cls.predictions.transform.LayerNorm.weight", "bert", True) == (
+        "lm_head", "layer_norm.weight")
+    assert map_source_key("cls.predictions.bias", "bert", True) == ("lm_head", "bias")
+    assert map_source_key("cls.seq_relationship.weight", "bert", True) is None
+    assert map_source_key("lm_head.dense.bias", "roberta", True) == ("lm_head", "dense.bias")
+    assert map_source_key("pooler.dense.weight", "bert", False) == ("base", "pooler.dense.weight")
+
+
+def test_bert_for_pretraining_needs_the_nsp_head_and_pooler_dropped_explicitly(tmp_path, bert_tokenizer_folder):
+    source = _bert(BertForPreTraining, tmp_path / "bert-pt", bert_tokenizer_folder)
+    with pytest.raises(ConversionError, match="cls.seq_relationship.weight") as error:
+        convert_checkpoint(source, num_blocks=2, heads_per_shift="3:1")
+    assert "bert.pooler.dense.weight" in str(error.value) and "--drop_source_keys" in str(error.value)
+    converted = convert_checkpoint(source, num_blocks=2, heads_per_shift="3:1",
+                                   drop_source_keys=["cls.seq_relationship.", "bert.pooler."])
+    assert sorted(converted.dropped) == ["bert.pooler.dense.bias", "bert.pooler.dense.weight",
+                                         "cls.seq_relationship.bias", "cls.seq_relationship.weight"]
+    assert all(check.passed for check in verify_conversion(converted, SENTENCES))
+
+
+def test_headless_source_to_masked_lm_initialises_the_head_and_says_so(tmp_path, bert_tokenizer_folder):
+    source = _bert(BertModel, tmp_path / "bert", bert_tokenizer_folder)
+    converted = convert_checkpoint(source, num_blocks=2, heads_per_shift="3:1", target_class="BlockBertForMaskedLM",
+                                   drop_source_keys=["pooler."])
+    assert type(converted.model) is BlockBertForMaskedLM
+    assert converted.initialised == ["lm_head.bias", "lm_head.decoder.bias", "lm_head.dense.bias",
+                                     "lm_head.dense.weight", "lm_head.layer_norm.bias", "lm_head.layer_norm.weight"]
+    assert any("initialised" in note for note in converted.notes)
+    # The encoder is still the source's: hidden states agree at n = 1.
+    assert _n1_check(verify_conversion(converted, SENTENCES)).max_abs_diff < 1e-5
+
+
+def _run_example(args):
+    return _load_example().main([str(arg) for arg in args])
+
+
+@pytest.mark.parametrize("case", ["unknown_architecture", "shorter_n", "bad_heads", "missing_folder", "hub_offline",
+                                  "leftover_keys"])
+def test_bad_inputs_give_clear_errors_and_write_nothing(case, tmp_path, tokenizer, roberta_mlm, bert_tokenizer_folder,
+                                                        capsys, monkeypatch):
+    output = tmp_path / "converted"
+    args = {
+        "shorter_n": ([roberta_mlm, output, "--max_seq_length", "32"], "smaller than the source's sequence length"),
+        "bad_heads": ([roberta_mlm, output, "--num_blocks", "2", "--heads", "2:1"], "sums to 3"),
+        "missing_folder": ([tmp_path / "nowhere", output], "does not exist"),
+        "hub_offline": (["someone/no-such-model", output], "not a local folder"),
+    }
+    if case == "unknown_architecture":
+        distil = DistilBertModel(DistilBertConfig(vocab_size=120, dim=32, n_layers=1, n_heads=4, hidden_dim=64))
+        args[case] = ([_save(distil, tokenizer, tmp_path / "distil"), output], "Unknown architecture")
+    if case == "leftover_keys":
+        source = _bert(BertForPreTraining, tmp_path / "bert-pt", bert_tokenizer_folder)
+        args[case] = ([source, output, "--heads", "3:1"], "cls.seq_relationship.weight")
+    if case == "hub_offline":  # conftest sets HF_HUB_OFFLINE after huggingface_hub has read it; do not wait on retries
+        monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    argv, message = args[case]
+    assert _run_example(argv) == 2
+    assert message in capsys.readouterr().err
+    assert not output.exists()
+    assert not [path for path in tmp_path.iterdir() if path.name.startswith(".converted")]
+
+
+def test_failed_verification_exits_nonzero_and_writes_nothing(roberta_mlm, tmp_path, monkeypatch, capsys):
+    example = _load_example()
+    convert = example.convert_checkpoint
+
+    def convert_then_break_a_weight(*args, **kwargs):
+        converted = convert(*args, **kwargs)
+        with torch.no_grad():
+            converted.model.roberta.encoder.layer[1].output.dense.weight[0, 0] += 0.1
+        return converted
+
+    monkeypatch.setattr(example, "convert_checkpoint", convert_then_break_a_weight)
+    output = tmp_path / "converted"
+    assert example.main([roberta_mlm, str(output), "--num_blocks", "1"]) == 1
+    assert "FAIL" in capsys.readouterr().out
+    assert not output.exists()
+
+
+def test_existing_output_is_kept_without_overwrite(roberta_mlm, tmp_path):
+    output = tmp_path / "converted"
+    output.mkdir()
+    (output / "keep.txt").write_text("mine")
+    assert _run_example([roberta_mlm, output, "--skip_verification"]) == 2
+    assert (output / "keep.txt").read_text() == "mine"
+    assert _run_example([roberta_mlm, output, "--skip_verification", "--overwrite", "--heads", "3:1"]) == 0
+    assert not (output / "keep.txt").exists() and (output / "model.safetensors").exists()

@@ -1,0 +1,250 @@
+"""MLM pre-training (`blockbert_hf.pretraining`, `examples/run_mlm.py`): documents, DOC-SENTENCES packing, masking,
+batch geometry, exact resume after an interruption, and a 2-process run matching the 1-process loss."""
+
+import gzip
+import json
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoTokenizer, RobertaConfig, RobertaForMaskedLM
+
+from blockbert_hf import BlockBertForMaskedLM
+from blockbert_hf.conversion import conversion_summary, convert_checkpoint, save_converted
+from blockbert_hf.pretraining import (
+    MaskingCollator,
+    PretrainingArguments,
+    batch_geometry,
+    comparison_table,
+    list_checkpoints,
+    pack_documents,
+    read_documents,
+    run_pretraining,
+    split_documents,
+    tokenize_and_pack,
+)
+
+from conftest import REPO_ROOT, SAMPLE_TEXT
+
+
+def _tiny_args(output_dir, **overrides) -> PretrainingArguments:
+    """2 layers, hidden 32, N = 64, n = 2: 8 sequences per step as 2 micro-batches of 4; 6 steps."""
+    fields = dict(
+        output_dir=str(output_dir), train_files=[str(SAMPLE_TEXT)], document_boundary="heading",
+        validation_split_percentage=20, train_tokenizer_vocab_size=1000, max_seq_length=64, num_hidden_layers=2,
+        hidden_size=32, num_attention_heads=4, num_blocks=2, heads_per_shift="3:1", tokens_per_batch=512,
+        per_device_train_batch_size=4, max_train_steps=6, checkpointing_steps=3, logging_steps=1, eval_steps=3,
+        learning_rate=1e-2, num_warmup_steps=1, report_to="none", max_eval_sequences=24,
+    )
+    fields.update(overrides)
+    return PretrainingArguments(**fields)
+
+
+def _losses(output_dir) -> dict:
+    """{(step, kind): value} from metrics.jsonl, kind "loss" or "eval_loss"."""
+    found = {}
+    for line in (output_dir / "metrics.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        for kind in ("loss", "eval_loss"):
+            if kind in record:
+                found[(record["step"], kind)] = record[kind]
+    return found
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Documents, packing, masking
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_document_boundaries(tmp_path):
+    text = (" = First = \n\n Some text\nwrapped here .\n\n More .\n\n = = Section = = \n\n Tail .\n\n"
+            " = Second = \n\n Other .\n")
+    assert list(split_documents(text.splitlines(), "file")) == [
+        "= First =\nSome text wrapped here .\nMore .\n= = Section = =\nTail .\n= Second =\nOther ."]
+    assert list(split_documents(text.splitlines(), "heading")) == [
+        "= First =\nSome text wrapped here .\nMore .\n= = Section = =\nTail .", "= Second =\nOther ."]
+    assert list(split_documents(text.splitlines(), "blank_line"))[:2] == ["= First =", "Some text wrapped here ."]
+    with pytest.raises(ValueError, match="document_boundary"):
+        list(split_documents([], "paragraph"))
+
+    gz = tmp_path / "book.txt.gz"
+    with gzip.open(gz, "wt", encoding="utf-8") as handle:
+        handle.write("Chapter 1\n\nIt was a dark\nnight.\n")
+    records = tmp_path / "docs.jsonl"
+    records.write_text(json.dumps({"text": "one"}) + "\n" + json.dumps({"text": "two\n\nparas"}) + "\n")
+    assert read_documents([str(gz), str(records)], "file") == ["Chapter 1\nIt was a dark night.", "one", "two\nparas"]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"body": "x"}) + "\n")
+    with pytest.raises(ValueError, match="no field 'text'"):
+        read_documents([str(bad)])
+    with pytest.raises(FileNotFoundError):
+        read_documents([str(tmp_path / "missing.txt")])
+
+
+def test_packing_fills_to_n_and_never_crosses_documents(tokenizer):
+    documents = read_documents([str(SAMPLE_TEXT)], "heading")
+    assert len(documents) == 7  # the sample's 7 articles
+    packed = tokenize_and_pack(documents, tokenizer, seq_len=64)
+    bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
+    by_document = {}
+    for row in packed:
+        ids = row["input_ids"]
+        assert ids[0] == bos and ids[-1] == eos and len(ids) <= 64
+        by_document.setdefault(row["document"], []).append(ids)
+    assert sorted(by_document) == list(range(7))
+    for index, sequences in by_document.items():
+        # Every sequence but a document's last is full; together they are exactly the document's tokens, in order.
+        assert all(len(ids) == 64 for ids in sequences[:-1])
+        content = [token for ids in sequences for token in ids[1:-1]]
+        assert content == tokenizer(documents[index], add_special_tokens=False)["input_ids"]
+    assert packed["sequence_id"] == list(range(len(packed)))
+
+    small = pack_documents([[5] * 10, [6] * 3], seq_len=6, tokenizer=tokenizer)
+    assert small["input_ids"] == [[bos, 5, 5, 5, 5, eos], [bos, 5, 5, 5, 5, eos], [bos, 5, 5, eos], [bos, 6, 6, 6, eos]]
+    assert small["document"] == [0, 0, 0, 1]
+
+
+def test_masking_rate_and_80_10_10(tokenizer):
+    sequences = [{"input_ids": [0] + torch.randint(5, len(tokenizer), (62,)).tolist() + [2], "sequence_id": i}
+                 for i in range(300)]
+    batch = MaskingCollator(tokenizer, seed=0, epoch=0)(sequences)
+    original = torch.tensor([s["input_ids"] for s in sequences])
+    masked = batch["labels"] != -100
+    assert not masked[:, 0].any() and not masked[:, -1].any()  # <s> and </s> are never masked
+    rate = masked[:, 1:-1].float().mean().item()
+    assert 0.14 < rate < 0.16, rate
+    assert torch.equal(batch["labels"][masked], original[masked])
+    replaced_by_mask = (batch["input_ids"][masked] == tokenizer.mask_token_id).float().mean().item()
+    unchanged = (batch["input_ids"][masked] == original[masked]).float().mean().item()
+    assert 0.77 < replaced_by_mask < 0.83 and 0.07 < unchanged < 0.13, (replaced_by_mask, unchanged)
+    assert torch.equal(batch["input_ids"][~masked], original[~masked])
+
+
+def test_masks_depend_only_on_seed_epoch_and_sequence(tokenizer):
+    sequences = [{"input_ids": [0] + list(range(5, 5 + length)) + [2], "sequence_id": i}
+                 for i, length in enumerate([40, 62, 10, 55])]
+    collator = MaskingCollator(tokenizer, seed=3, epoch=1)
+    together = collator(sequences)
+    alone = collator([sequences[2]])  # other batch, other padding
+    assert torch.equal(together["labels"][2, :12], alone["labels"][0])
+    assert (together["labels"][2, 12:] == -100).all() and (together["attention_mask"][2, 12:] == 0).all()
+    next_epoch = MaskingCollator(tokenizer, seed=3, epoch=2)
+    assert not torch.equal(collator(sequences)["labels"], next_epoch(sequences)["labels"])
+
+
+def test_batch_geometry():
+    geometry = batch_geometry(131072, 512, num_processes=2, micro_batch=8)
+    assert (geometry.sequences_per_step, geometry.accumulation_steps) == (256, 16)
+    with pytest.raises(ValueError, match="not a multiple of max_seq_length"):
+        batch_geometry(1000, 512, 1, 8)
+    with pytest.raises(ValueError, match="cannot be split"):
+        batch_geometry(512 * 6, 512, 1, 4)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Training runs
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_interrupted_run_resumes_exactly(tmp_path):
+    """A run stopped after step 5 (its last checkpoint is step 3) and resumed gives the losses, evaluations and
+    final weights of an uninterrupted run; dropout is on, so its RNG must be restored too."""
+    reference = run_pretraining(_tiny_args(tmp_path / "reference", hidden_dropout_prob=0.1))
+    assert reference["finished"] and reference["step"] == 6
+
+    interrupted = _tiny_args(tmp_path / "resumed", hidden_dropout_prob=0.1)
+    partial = run_pretraining(replace(interrupted, stop_after_step=5))
+    assert not partial["finished"] and [path.name for path in list_checkpoints(interrupted.output_dir)] == ["step_3"]
+    assert not (tmp_path / "resumed" / "final_model").exists()
+    run_pretraining(replace(interrupted, resume_from_checkpoint="latest"))
+
+    expected, actual = _losses(tmp_path / "reference"), _losses(tmp_path / "resumed")
+    assert expected.keys() == actual.keys() and len(expected) == 8  # 6 steps, 2 evaluations, logged once each
+    for key in expected:
+        assert actual[key] == pytest.approx(expected[key], abs=1e-6), key
+    assert expected[(6, "loss")] < expected[(1, "loss")] - 0.1  # it did learn something
+    weights = [load_file(tmp_path / run / "final_model" / "model.safetensors") for run in ("reference", "resumed")]
+    for name, tensor in weights[0].items():
+        torch.testing.assert_close(weights[1][name], tensor, rtol=0, atol=1e-6)
+
+    # The final folder is a usable model with its tokenizer (trained on the fly, model_max_length = N).
+    model = BlockBertForMaskedLM.from_pretrained(tmp_path / "resumed" / "final_model")
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "resumed" / "final_model")
+    assert tokenizer.model_max_length == 64 and model.config.vocab_size == len(tokenizer) == 1000
+    results = json.loads((tmp_path / "resumed" / "results.json").read_text())
+    assert results["eval_perplexity"] == pytest.approx(reference["eval_perplexity"], rel=1e-6)
+    assert "| tiny |" in comparison_table([("tiny", results)])
+
+
+def test_continues_from_a_converted_checkpoint_with_other_blocks(tmp_path, tokenizer):
+    """RoBERTa -> BlockBERT n = 1 (conversion), then pre-training it as n = 2 [3, 1] with --model_name_or_path."""
+    roberta = RobertaForMaskedLM(RobertaConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2,
+                                               num_attention_heads=4, intermediate_size=64, max_position_embeddings=66))
+    roberta.save_pretrained(tmp_path / "roberta")
+    tokenizer.save_pretrained(tmp_path / "roberta")
+    converted = convert_checkpoint(str(tmp_path / "roberta"), num_blocks=1)
+    save_converted(converted, tmp_path / "converted", conversion_summary(converted, None))
+    args = _tiny_args(tmp_path / "run", model_name_or_path=str(tmp_path / "converted"), train_tokenizer_vocab_size=None,
+                      num_hidden_layers=None, hidden_size=None, num_attention_heads=None, max_train_steps=2,
+                      checkpointing_steps=None, eval_steps=None)
+    results = run_pretraining(args)
+    assert results["finished"] and results["model"]["num_blocks"] == 2 and results["model"]["block_size"] == 32
+    assert results["model"]["heads_per_shift"] == [3, 1] and results["parameters"] == converted.model.num_parameters()
+    # A new n without a head split gets the default one ([3, 1] for 4 heads, n = 2).
+    default_split = run_pretraining(replace(args, output_dir=str(tmp_path / "default"), heads_per_shift=None))
+    assert default_split["model"]["heads_per_shift"] == [3, 1]
+    with pytest.raises(ValueError, match="has N = 64 but --max_seq_length is 128"):
+        run_pretraining(replace(args, output_dir=str(tmp_path / "other"), max_seq_length=128, tokens_per_batch=1024))
+
+
+def test_bad_run_options_give_clear_errors(tmp_path, tokenizer):
+    with pytest.raises(ValueError, match="No tokenizer"):
+        run_pretraining(_tiny_args(tmp_path / "a", train_tokenizer_vocab_size=None))
+    with pytest.raises(ValueError, match="not a multiple"):
+        run_pretraining(_tiny_args(tmp_path / "b", tokens_per_batch=500))
+    with pytest.raises(ValueError, match="no complete checkpoint"):
+        run_pretraining(_tiny_args(tmp_path / "c", resume_from_checkpoint="latest"))
+    with pytest.raises(ValueError, match="either --train_files"):
+        run_pretraining(_tiny_args(tmp_path / "d", train_files=None))
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_two_processes_match_one_process(tmp_path):
+    """Two gloo processes on the CPU with the same global batch give the 1-process losses.
+
+    Launched as `ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes 2`: with accelerate 1.15,
+    `accelerate launch --num_processes 2 --cpu` starts ONE process unless mpirun is configured (checked below)."""
+    args = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, checkpointing_steps=2, max_train_steps=4,
+                eval_steps=2)
+    run_pretraining(_tiny_args(tmp_path / "one", **args))
+    defaults = PretrainingArguments(output_dir="unused")
+    script_args = []
+    for key, value in vars(_tiny_args(tmp_path / "two", **args)).items():
+        if value is not None and (key == "output_dir" or value != getattr(defaults, key)):
+            script_args += [f"--{key}"] + ([str(v) for v in value] if isinstance(value, list) else [str(value)])
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port",
+               str(_free_port()), str(REPO_ROOT / "examples" / "run_mlm.py"), *script_args]
+    environment = {**os.environ, "ACCELERATE_USE_CPU": "1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=environment)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((tmp_path / "two" / "results.json").read_text())["num_processes"] == 2
+    # Both processes wrote their RNG state into the one atomic checkpoint folder; no staging folder is left.
+    checkpoint = list_checkpoints(tmp_path / "two")[-1]
+    assert {"random_states_0.pkl", "random_states_1.pkl", "trainer_state.json"} <= set(os.listdir(checkpoint))
+    assert not [name for name in os.listdir(checkpoint.parent) if name.startswith(".")]
+    expected, actual = _losses(tmp_path / "one"), _losses(tmp_path / "two")
+    assert expected.keys() == actual.keys() and len(expected) == 6
+    for key in expected:
+        assert actual[key] == pytest.approx(expected[key], abs=1e-4), key
+    assert expected[(4, "loss")] < expected[(1, "loss")] - 0.1
