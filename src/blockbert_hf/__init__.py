@@ -17,6 +17,7 @@ from transformers import (
     RobertaTokenizer,
 )
 
+from .pipeline_question_answering import ExtractiveQuestionAnsweringPipeline
 from .configuration_blockbert import BlockBertConfig, default_heads_per_shift, parse_heads_per_shift
 from .modeling_blockbert import (
     BlockBertForMaskedLM,
@@ -56,6 +57,7 @@ __all__ = [
     "BlockBertForTokenClassification",
     "BlockBertModel",
     "BlockBertPreTrainedModel",
+    "ExtractiveQuestionAnsweringPipeline",
     "blockwise_attentions_to_dense",
     "default_heads_per_shift",
     "parse_heads_per_shift",

@@ -540,6 +540,40 @@ AUTO_MAP = {
     "AutoModelForMultipleChoice": "modeling_blockbert.BlockBertForMultipleChoice",
 }
 
+# transformers 5 has no built-in "question-answering" pipeline: every saved folder carries ours (a code file beside
+# this one, found by `pipeline("question-answering", model=folder, trust_remote_code=True)`).
+QA_PIPELINE_FILE = "pipeline_question_answering.py"
+CUSTOM_PIPELINES = {
+    "question-answering": {
+        "impl": "pipeline_question_answering.ExtractiveQuestionAnsweringPipeline",
+        "pt": ["AutoModelForQuestionAnswering"],
+        "type": "text",
+    }
+}
+
+
+def _find_qa_pipeline_file(config) -> str | None:
+    """Where the QA pipeline's source is: beside this file (the installed package), else in the folder or Hub repo
+    the model was loaded from (trust_remote_code copies only the modeling files into its module cache)."""
+    import os
+
+    from transformers.utils import try_to_load_from_cache
+
+    beside = os.path.join(os.path.dirname(os.path.abspath(__file__)), QA_PIPELINE_FILE)
+    if os.path.isfile(beside):
+        return beside
+    source = getattr(config, "_name_or_path", None) or getattr(config, "name_or_path", None)
+    if not source:
+        return None
+    if os.path.isdir(source):
+        candidate = os.path.join(source, QA_PIPELINE_FILE)
+        return candidate if os.path.isfile(candidate) else None
+    try:
+        cached = try_to_load_from_cache(source, QA_PIPELINE_FILE)
+    except Exception:  # not a Hub repo id: nothing cached
+        return None
+    return cached if isinstance(cached, str) and os.path.isfile(cached) else None
+
 
 @auto_docstring
 class BlockBertPreTrainedModel(PreTrainedModel):
@@ -567,8 +601,34 @@ class BlockBertPreTrainedModel(PreTrainedModel):
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """Saves weights, config and this model's code; the config's `auto_map` names every BlockBERT head, so the
-        folder loads with any `AutoModelFor...` and `trust_remote_code=True` where `blockbert_hf` is not installed."""
+        folder loads with any `AutoModelFor...` and `trust_remote_code=True` where `blockbert_hf` is not installed.
+
+        The folder also carries the extractive QA pipeline (`pipeline_question_answering.py` and
+        `config.custom_pipelines`), so `pipeline("question-answering", model=folder, trust_remote_code=True)` works.
+        """
+        import copy
+        import os
+        import shutil
+
         self.config.auto_map = {**(getattr(self.config, "auto_map", None) or {}), **AUTO_MAP}
+        custom_pipelines = dict(getattr(self.config, "custom_pipelines", None) or {})
+        pipeline_file = _find_qa_pipeline_file(self.config)
+        if pipeline_file is not None:
+            # A copy: transformers' pipeline() turns the "pt" names of a config's entry into classes in place.
+            custom_pipelines.update(copy.deepcopy(CUSTOM_PIPELINES))
+        elif custom_pipelines.pop("question-answering", None) is not None:
+            logger.warning(
+                f"{QA_PIPELINE_FILE} was not found beside the model code nor in {self.config._name_or_path!r}: the "
+                "saved folder will not carry the question-answering pipeline."
+            )
+        if custom_pipelines or getattr(self.config, "custom_pipelines", None):
+            self.config.custom_pipelines = custom_pipelines
+        if pipeline_file is not None and kwargs.get("is_main_process", True):
+            # Copied before saving the rest, so that push_to_hub (at the end of super().save_pretrained) uploads it.
+            os.makedirs(save_directory, exist_ok=True)
+            target = os.path.join(save_directory, QA_PIPELINE_FILE)
+            if not (os.path.exists(target) and os.path.samefile(pipeline_file, target)):
+                shutil.copyfile(pipeline_file, target)
         return super().save_pretrained(save_directory, *args, **kwargs)
 
 

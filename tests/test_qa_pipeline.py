@@ -1,0 +1,347 @@
+"""The long-document QA pipeline: exact character spans, windows over contexts many times longer than N, SQuAD 2.0
+null answers, batching, other QA models, bad inputs, and `pipeline("question-answering", trust_remote_code=True)`."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+from transformers import (
+    BertConfig,
+    BertForQuestionAnswering,
+    BertTokenizerFast,
+    RobertaConfig,
+    RobertaForQuestionAnswering,
+    pipeline,
+)
+
+from blockbert_hf import BlockBertForQuestionAnswering
+from blockbert_hf.pipeline_question_answering import (
+    ExtractiveQuestionAnsweringPipeline,
+    WindowLogits,
+    rank_answers,
+)
+from blockbert_hf.saving import save_atomically
+from blockbert_hf.tokenization import match_tokenizer_to_config, read_text_lines
+
+from conftest import SAMPLE_TEXT, tiny_config
+
+
+N = 64  # tiny_config's sequence length
+FILLER_LINES = read_text_lines(SAMPLE_TEXT)[:200]
+START_WORD, END_WORD = " Naktong", " perimeter"  # single tokens of the fixture tokenizer
+
+
+def filler(tokens_wanted: int, tokenizer) -> str:
+    """Real WikiText sentences, at least `tokens_wanted` tokens, free of the two marker tokens."""
+    marker_ids = {tokenizer.convert_tokens_to_ids(tokenizer.tokenize(word))[0] for word in (START_WORD, END_WORD)}
+    text, count = [], 0
+    for line in FILLER_LINES:
+        ids = tokenizer(line, add_special_tokens=False)["input_ids"]
+        if marker_ids & set(ids):
+            continue
+        text.append(line)
+        count += len(ids)
+        if count >= tokens_wanted:
+            return " ".join(text)
+    raise AssertionError("the sample text is too short")
+
+
+@pytest.fixture(scope="module")
+def markers(tokenizer):
+    """Token ids of the two marker words; each must be a single token of the fixture tokenizer."""
+    ids = []
+    for word in (START_WORD, END_WORD):
+        pieces = tokenizer.tokenize(word)
+        assert len(pieces) == 1, (word, pieces)
+        ids.append(tokenizer.convert_tokens_to_ids(pieces)[0])
+    return ids
+
+
+def planted_model(tokenizer, markers, null_strength=0.0):
+    """A tiny BlockBERT whose answer is set by its weights: every layer adds nothing to the residual stream (its
+    output projections are zero), so each token's final state is its normalized word embedding. Dimension 0 is large
+    only for the start marker, dimension 1 only for the end marker, and the QA head reads them as start and end
+    logits. With `null_strength`, the CLS token gets both dimensions, so the null answer scores between filler spans
+    and the planted span."""
+    config = tiny_config(vocab_size=len(tokenizer))
+    match_tokenizer_to_config(tokenizer, config)
+    model = BlockBertForQuestionAnswering(config).eval()
+    with torch.no_grad():
+        for layer in model.roberta.encoder.layer:
+            for dense in (layer.attention.output.dense, layer.output.dense):
+                dense.weight.zero_()
+                dense.bias.zero_()
+        embeddings = model.roberta.embeddings
+        embeddings.position_embeddings.weight.zero_()
+        embeddings.token_type_embeddings.weight.zero_()
+        words = embeddings.word_embeddings.weight
+        words[:, :2] = 0.0
+        words[markers[0], 0] = 10.0
+        words[markers[1], 1] = 10.0
+        words[tokenizer.cls_token_id, :2] = null_strength
+        model.qa_outputs.weight.zero_()
+        model.qa_outputs.bias.zero_()
+        model.qa_outputs.weight[0, 0] = 1.0
+        model.qa_outputs.weight[1, 1] = 1.0
+    return model
+
+
+def test_answers_are_exact_character_spans_of_the_context(tokenizer):
+    config = tiny_config(vocab_size=len(tokenizer))
+    match_tokenizer_to_config(tokenizer, config)
+    qa = ExtractiveQuestionAnsweringPipeline(model=BlockBertForQuestionAnswering(config).eval(), tokenizer=tokenizer)
+    context = "  " + filler(6 * N, tokenizer) + " \n"
+    answers = qa(question="Who played the lead role?", context=context, top_k=10, max_answer_len=8)
+    assert len(answers) == 10
+    for answer in answers:
+        assert 0 <= answer["start"] < answer["end"] <= len(context)
+        assert answer["answer"] == context[answer["start"] : answer["end"]]
+        assert answer["answer"] == answer["answer"].strip()  # offsets are trimmed to the token's characters
+    scores = [answer["score"] for answer in answers]
+    assert scores == sorted(scores, reverse=True) and 0 < sum(scores) <= 1 + 1e-9
+    assert len({(a["start"], a["end"]) for a in answers}) == 10  # spans seen in two windows are merged
+
+
+@pytest.mark.parametrize("where", [0.0, 0.5, 0.97])
+def test_a_planted_answer_is_found_in_a_context_twenty_times_longer_than_n(tokenizer, markers, where):
+    qa = ExtractiveQuestionAnsweringPipeline(model=planted_model(tokenizer, markers), tokenizer=tokenizer)
+    text = filler(20 * N, tokenizer)
+    cut = text.rfind(" ", 0, int(where * len(text))) if where else 0
+    planted = f"{START_WORD.strip()} is a river and its{END_WORD}"
+    context = f"{text[:cut]} {planted}{text[cut:]}"  # a space before the marker, as inside the text
+    assert len(tokenizer(context)["input_ids"]) > 20 * N
+    answer = qa(question="What is it?", context=context, doc_stride=16)
+    start = context.index(planted)
+    assert answer["answer"] == planted
+    assert (answer["start"], answer["end"]) == (start, start + len(planted))
+    assert answer["score"] > 0.5  # the other candidates share one marker at most
+
+
+def test_impossible_answers_and_the_null_threshold(tokenizer, markers):
+    qa = ExtractiveQuestionAnsweringPipeline(
+        model=planted_model(tokenizer, markers, null_strength=10.0), tokenizer=tokenizer
+    )
+    text = filler(5 * N, tokenizer)
+    planted = f"{START_WORD.strip()} and{END_WORD}"
+    with_answer = f"{text} {planted}. {text}"
+    # The planted span beats the null answer; without it the null answer beats every filler span.
+    assert qa(question="What?", context=with_answer, handle_impossible_answer=True)["answer"] == planted
+    null = qa(question="What?", context=text, handle_impossible_answer=True)
+    assert null == {"score": null["score"], "start": 0, "end": 0, "answer": ""} and null["score"] > 0.5
+    assert qa(question="What?", context=text)["answer"] != ""  # SQuAD 1.1 mode always answers with a span
+    top = qa(question="What?", context=text, handle_impossible_answer=True, top_k=3)
+    assert top[0]["answer"] == "" and all(a["answer"] for a in top[1:])
+    # A threshold larger than the null answer's margin lets the best span win.
+    assert qa(question="What?", context=text, handle_impossible_answer=True, null_score_diff_threshold=50.0)["answer"]
+
+
+def test_batches_give_the_same_answers_as_single_questions(tokenizer):
+    config = tiny_config(vocab_size=len(tokenizer))
+    match_tokenizer_to_config(tokenizer, config)
+    qa = ExtractiveQuestionAnsweringPipeline(model=BlockBertForQuestionAnswering(config).eval(), tokenizer=tokenizer)
+    long_text = filler(8 * N, tokenizer)
+    examples = [
+        {"question": "Where was he born?", "context": long_text},
+        {"question": "When?", "context": FILLER_LINES[3]},
+        {"question": "Who wrote the play that opened in the theatre?", "context": long_text[: len(long_text) // 3]},
+        {"question": "Which ship?", "context": FILLER_LINES[10]},
+    ]
+    single = [qa(example, top_k=3) for example in examples]
+    for batch_size in (2, 5):
+        batched = qa(examples, top_k=3, batch_size=batch_size)
+        for one, many in zip(single, batched):
+            assert [(a["start"], a["end"], a["answer"]) for a in one] == [
+                (a["start"], a["end"], a["answer"]) for a in many
+            ]
+            np.testing.assert_allclose([a["score"] for a in one], [a["score"] for a in many], atol=1e-5)
+    # question=/context= lists are the same as a list of dicts
+    paired = qa(question=[e["question"] for e in examples], context=[e["context"] for e in examples], top_k=3)
+    assert [[a["answer"] for a in answers] for answers in paired] == [[a["answer"] for a in s] for s in single]
+
+
+def test_serves_other_question_answering_models(tokenizer, tmp_path):
+    """RoBERTa (no token types) and BERT (token_type_ids, WordPiece) QA models from transformers itself."""
+    roberta = RobertaForQuestionAnswering(
+        RobertaConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=64,
+            max_position_embeddings=N + 2,
+            pad_token_id=1,
+            type_vocab_size=1,
+        )
+    ).eval()
+    words = sorted({word for line in FILLER_LINES[:40] for word in line.lower().split() if word.isalpha()})
+    (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words, "?"]) + "\n")
+    bert_tokenizer = BertTokenizerFast(vocab=str(tmp_path / "vocab.txt"), model_max_length=N)
+    bert = BertForQuestionAnswering(
+        BertConfig(
+            vocab_size=len(bert_tokenizer),
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=64,
+            max_position_embeddings=N,
+        )
+    ).eval()
+    context = " ".join(FILLER_LINES[:6])
+    for model, model_tokenizer in ((roberta, tokenizer), (bert, bert_tokenizer)):
+        qa = ExtractiveQuestionAnsweringPipeline(model=model, tokenizer=model_tokenizer)
+        answers = qa(question="who was in the film?", context=context, top_k=4, doc_stride=16)
+        assert all(a["answer"] == context[a["start"] : a["end"]] and a["answer"] for a in answers)
+        batched = qa(
+            [{"question": "who was in the film?", "context": context}] * 2, top_k=4, doc_stride=16, batch_size=3
+        )
+        assert [a["answer"] for a in batched[1]] == [a["answer"] for a in answers]
+
+
+def test_bad_inputs_get_clear_errors(tokenizer):
+    config = tiny_config(vocab_size=len(tokenizer))
+    match_tokenizer_to_config(tokenizer, config)
+    qa = ExtractiveQuestionAnsweringPipeline(model=BlockBertForQuestionAnswering(config).eval(), tokenizer=tokenizer)
+    with pytest.raises(ValueError, match="context is empty"):
+        qa(question="Who?", context="  \n")
+    with pytest.raises(ValueError, match="question is empty"):
+        qa(question=" ", context="Some text.")
+    with pytest.raises(ValueError, match=r"room for only \d+ context tokens.*doc_stride = 32"):
+        qa(question=" ".join(["Which battleship"] * 30), context="The battleship sank.")
+    with pytest.raises(ValueError, match="doc_stride = 8"):  # longer than the whole window: no overlap helps
+        qa(question=" ".join(["Which battleship"] * 30), context="The battleship sank.", doc_stride=8)
+    with pytest.raises(ValueError, match="'question' and 'context' keys"):
+        qa({"q": "Who?", "context": "Text."})
+    with pytest.raises(ValueError, match="2 questions but 3 contexts"):
+        qa(question=["a?", "b?"], context=["x", "y", "z"])
+    with pytest.raises(TypeError, match="topk"):
+        qa(question="Who?", context="Text.", topk=2)
+    with pytest.raises(ValueError, match="top_k"):
+        qa(question="Who?", context="Text.", top_k=0)
+    with pytest.raises(ValueError, match="fast tokenizer"):
+        ExtractiveQuestionAnsweringPipeline(model=qa.model, tokenizer=None)
+
+
+def test_left_padding_tokenizers_are_switched_to_right_padding(tokenizer):
+    config = tiny_config(vocab_size=len(tokenizer))
+    match_tokenizer_to_config(tokenizer, config)
+    tokenizer.padding_side = "left"
+    try:
+        qa = ExtractiveQuestionAnsweringPipeline(
+            model=BlockBertForQuestionAnswering(config).eval(), tokenizer=tokenizer
+        )
+        assert tokenizer.padding_side == "right"
+        # Windows of different lengths in one batch: BlockBERT would reject left padding.
+        qa(
+            [{"question": "Who?", "context": FILLER_LINES[1]}, {"question": "Who?", "context": FILLER_LINES[2]}],
+            batch_size=2,
+        )
+    finally:
+        tokenizer.padding_side = "right"
+
+
+def test_rank_answers_merges_windows_and_respects_limits():
+    context = "alpha beta gamma delta epsilon"
+    offsets = [None, (0, 5), (6, 10), (11, 16), (17, 22), (23, 30), None]  # CLS, 5 words, SEP
+    low = np.full(7, -5.0)
+
+    def window(starts, ends, null=(0.0, 0.0)):
+        start, end = low.copy(), low.copy()
+        for index, value in starts.items():
+            start[index] = value
+        for index, value in ends.items():
+            end[index] = value
+        start[0], end[0] = null
+        return WindowLogits(start, end, offsets, null_index=0)
+
+    # Window 2 holds the best span "gamma delta"; "beta" scores in both windows and is merged.
+    first = window({2: 2.0}, {2: 2.0})
+    second = window({2: 1.0, 3: 4.0}, {2: 1.0, 4: 4.0})
+    ranked = rank_answers([first, second], context, n_best=3, max_answer_len=5)
+    assert [a["answer"] for a in ranked.answers] == ["gamma delta", "beta gamma delta", "beta"]
+    assert abs(sum(a["score"] for a in ranked.answers) - 1.0) < 1e-9 and ranked.null_probability == 0.0
+    # max_answer_len = 1 token: only one-word spans
+    ranked = rank_answers([first, second], context, n_best=3, max_answer_len=1)
+    assert ranked.answers[0]["answer"] == "beta" and all(" " not in a["answer"] for a in ranked.answers)
+    # Null answer: the lowest null score over windows (here 3.0 + 3.0 = 6.0) against the best span (8.0)
+    strong_null = [window({3: 4.0}, {4: 4.0}, null=(3.0, 3.0)), window({}, {}, null=(5.0, 5.0))]
+    ranked = rank_answers(strong_null, context, handle_impossible_answer=True)
+    assert ranked.answers[0]["answer"] == "gamma delta"
+    null = next(a for a in ranked.answers if a["answer"] == "")
+    assert null["score"] == ranked.null_probability and null["score"] == pytest.approx(
+        np.exp(-2) / (1 + np.exp(-2)), rel=1e-3
+    )
+    ranked = rank_answers(strong_null, context, handle_impossible_answer=True, null_score_diff_threshold=-3.0)
+    assert ranked.answers[0] == {"score": ranked.null_probability, "start": 0, "end": 0, "answer": ""}
+    with pytest.raises(ValueError, match="max_answer_len"):
+        rank_answers([first], context, max_answer_len=0)
+
+
+def test_in_memory_model_with_pipeline_factory(tokenizer, markers, tmp_path):
+    """For a model object: build the class directly, or pass `config=model.config` once the config carries
+    `custom_pipelines` (every BlockBERT save_pretrained adds it); transformers 5 raises KeyError otherwise."""
+    model = planted_model(tokenizer, markers)
+    context = f"{FILLER_LINES[2]} {START_WORD.strip()} and{END_WORD} {FILLER_LINES[3]}"
+    direct = ExtractiveQuestionAnsweringPipeline(model=model, tokenizer=tokenizer)(question="What?", context=context)
+    with pytest.raises(KeyError, match="question-answering"):
+        pipeline(
+            "question-answering", model=model, tokenizer=tokenizer, pipeline_class=ExtractiveQuestionAnsweringPipeline
+        )
+    model.save_pretrained(tmp_path / "saved")
+    assert "question-answering" in model.config.custom_pipelines
+    qa = pipeline(
+        "question-answering",
+        model=model,
+        tokenizer=tokenizer,
+        config=model.config,
+        pipeline_class=ExtractiveQuestionAnsweringPipeline,
+    )
+    assert qa(question="What?", context=context) == direct
+    # pipeline() rewrites the config's entry in place ("pt" names become classes): saving again must still work.
+    model.save_pretrained(tmp_path / "saved_again")
+    saved = json.loads((tmp_path / "saved_again" / "config.json").read_text())
+    assert saved["custom_pipelines"]["question-answering"]["pt"] == ["AutoModelForQuestionAnswering"]
+
+
+def test_pipeline_from_a_saved_folder_without_the_package(tmp_path, tokenizer, markers):
+    """`pipeline("question-answering", model=folder, trust_remote_code=True)` where `import blockbert_hf` fails; a
+    model loaded that way and saved again still carries the pipeline."""
+    model = planted_model(tokenizer, markers, null_strength=10.0)
+    save_atomically(tmp_path / "model", model.save_pretrained, tokenizer.save_pretrained)
+    assert (tmp_path / "model" / "pipeline_question_answering.py").is_file()
+    text = filler(4 * N, tokenizer)
+    planted = f"{START_WORD.strip()} or{END_WORD}"
+    context = f"{text} {planted} {text}"
+    script = textwrap.dedent(f"""
+        import json, sys
+        sys.modules["blockbert_hf"] = None  # hide the installed package
+        try:
+            import blockbert_hf
+        except ImportError:
+            pass
+        else:
+            raise SystemExit("blockbert_hf is importable")
+        from transformers import AutoModelForQuestionAnswering, AutoTokenizer, pipeline
+        folder, again = {str(tmp_path / "model")!r}, {str(tmp_path / "again")!r}
+        context, text = {context!r}, {text!r}
+        qa = pipeline("question-answering", model=folder, trust_remote_code=True)
+        results = [type(qa).__name__, qa(question="What?", context=context),
+                   qa(question="What?", context=text, handle_impossible_answer=True)]
+        model = AutoModelForQuestionAnswering.from_pretrained(folder, trust_remote_code=True)
+        model.save_pretrained(again)
+        AutoTokenizer.from_pretrained(folder, trust_remote_code=True).save_pretrained(again)
+        qa_again = pipeline("question-answering", model=again, trust_remote_code=True)
+        results.append(qa_again(question="What?", context=context))
+        print(json.dumps(results))
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    name, found, null, found_again = json.loads(result.stdout.strip().splitlines()[-1])
+    assert name == "ExtractiveQuestionAnsweringPipeline"
+    start = context.index(planted)
+    assert found == found_again
+    assert (found["answer"], found["start"], found["end"]) == (planted, start, start + len(planted))
+    assert (null["answer"], null["start"], null["end"]) == ("", 0, 0)

@@ -1,0 +1,427 @@
+"""QA data loading and its errors, answer re-alignment, training windows, SQuAD metrics on hand-checked cases, and
+`examples/run_qa.py` end to end on the bundled SQuAD sample: train, evaluate, resume, and two processes."""
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import datasets
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+
+from blockbert_hf import BlockBertForQuestionAnswering
+from blockbert_hf.pipeline_question_answering import ExtractiveQuestionAnsweringPipeline
+from blockbert_hf.qa import (
+    SquadMetric,
+    check_qa_dataset,
+    check_question_lengths,
+    load_qa_dataset,
+    normalize_answer,
+    prepare_train_features,
+    read_mrqa_jsonl,
+    read_squad_json,
+    realign_answers,
+    resolve_window_lengths,
+    split_squad_articles,
+)
+from blockbert_hf.saving import save_atomically
+from blockbert_hf.tokenization import match_tokenizer_to_config, train_roberta_tokenizer
+
+from conftest import REPO_ROOT, tiny_config
+
+
+SQUAD_V1 = REPO_ROOT / "data" / "samples" / "squad_v1.1_dev_sample.json"
+SQUAD_V2 = REPO_ROOT / "data" / "samples" / "squad_v2.0_dev_sample.json"
+RUN_QA = REPO_ROOT / "examples" / "run_qa.py"
+# One thread per process: the runs are tiny, and two processes on two shared cores otherwise wait on each other.
+RUN_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+WINDOW_ARGS = ["--doc_stride", "32", "--per_device_eval_batch_size", "8"]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Data
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_bundled_squad_samples_load_as_squad_rows(tmp_path):
+    v1, v2 = read_squad_json(SQUAD_V1), read_squad_json(SQUAD_V2)
+    assert (len(v1), len(v2)) == (204, 402)
+    assert sum(len(a["text"]) == 0 for a in v2["answers"]) == 198 and all(a["text"] for a in v1["answers"])
+    for row in v1:
+        for text, start in zip(row["answers"]["text"], row["answers"]["answer_start"]):
+            assert row["context"][start : start + len(text)] == text
+    gzipped = tmp_path / "sample.json.gz"
+    gzipped.write_bytes(gzip.compress(SQUAD_V1.read_bytes()))
+    assert load_qa_dataset(str(gzipped))["id"] == v1["id"]
+
+
+def test_mrqa_jsonl_files(tmp_path):
+    context = "The Naktong River runs south. Its perimeter was held in 1950."
+    records = [
+        {"header": {"dataset": "SQuAD", "split": "dev"}},
+        {
+            "context": context,
+            "qas": [
+                {
+                    "qid": "q1",
+                    "question": "Which river?",
+                    "answers": ["Naktong River"],
+                    "detected_answers": [{"text": "Naktong River", "char_spans": [[4, 16]], "token_spans": [[1, 2]]}],
+                },
+                {
+                    "qid": "q2",
+                    "question": "When?",
+                    "answers": ["1950"],
+                    "detected_answers": [{"text": "1950", "char_spans": [[56, 59]], "token_spans": [[10, 10]]}],
+                },
+            ],
+        },
+    ]
+    path = tmp_path / "mrqa.jsonl.gz"
+    path.write_bytes(gzip.compress("\n".join(json.dumps(r) for r in records).encode()))
+    rows = load_qa_dataset(str(path))
+    assert rows["id"] == ["q1", "q2"]
+    assert [a["text"] for a in rows["answers"]] == [["Naktong River"], ["1950"]]
+    assert [a["answer_start"] for a in rows["answers"]] == [[4], [56]]
+    (tmp_path / "bad.jsonl").write_text(json.dumps({"context": context, "qas": [{"qid": "x"}]}) + "\n")
+    with pytest.raises(ValueError, match="line 1: not an MRQA record"):
+        read_mrqa_jsonl(tmp_path / "bad.jsonl")
+
+
+def test_bad_datasets_get_clear_errors(tmp_path):
+    rows = {"id": ["a", "b"], "question": ["Who?", "What?"], "context": ["Some text.", "More text."]}
+    with pytest.raises(ValueError, match=r"lacks the column\(s\) \['answers'\]"):
+        check_qa_dataset(datasets.Dataset.from_dict(rows), "my data")
+    answers = [{"text": ["Some"], "answer_start": [0]}, {"text": ["More"], "answer_start": [0]}]
+    with pytest.raises(ValueError, match=r"empty context \(ids \['b'\]\)"):
+        check_qa_dataset(datasets.Dataset.from_dict({**rows, "context": ["Some text.", "  "], "answers": answers}))
+    with pytest.raises(ValueError, match="used more than once"):
+        check_qa_dataset(datasets.Dataset.from_dict({**rows, "id": ["a", "a"], "answers": answers}))
+    (tmp_path / "list.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match="not SQuAD-format JSON"):
+        load_qa_dataset(str(tmp_path / "list.json"))
+    (tmp_path / "noquestion.json").write_text(
+        json.dumps({"data": [{"title": "T", "paragraphs": [{"context": "c", "qas": [{"id": "1", "answers": []}]}]}]})
+    )
+    with pytest.raises(ValueError, match="article 0 \\(T\\) lacks a SQuAD field: KeyError\\('question'\\)"):
+        load_qa_dataset(str(tmp_path / "noquestion.json"))
+    (tmp_path / "data.csv").write_text("id,question\n")
+    with pytest.raises(ValueError, match="unknown file type"):
+        load_qa_dataset(str(tmp_path / "data.csv"))
+    with pytest.raises(ValueError, match="neither an existing file nor one of the Hub datasets"):
+        load_qa_dataset("no_such_dataset")
+    with pytest.raises(ValueError, match="applies to the Hub 'mrqa' dataset only"):
+        load_qa_dataset(str(SQUAD_V1), subset="NewsQA")
+
+
+def test_answers_with_wrong_offsets_are_realigned_or_skipped():
+    context = "The fleet sailed in 1942. In 1942 the fleet sank."
+    dataset = datasets.Dataset.from_dict(
+        {
+            "id": ["exact", "shifted", "lost", "partly"],
+            "question": ["q"] * 4,
+            "context": [context] * 4,
+            "answers": [
+                {"text": ["fleet"], "answer_start": [4]},
+                {"text": ["1942"], "answer_start": [30]},  # off by one: 1942 is at 29 (and at 20)
+                {"text": ["armada"], "answer_start": [4]},  # not in the context at all
+                {"text": ["sank", "armada"], "answer_start": [44, 0]},
+            ],
+        }
+    )
+    fixed, counts = realign_answers(dataset)
+    assert counts == {"realigned": 1, "dropped": 2, "removed_questions": 1}
+    assert fixed["id"] == ["exact", "shifted", "partly"]
+    assert fixed["answers"][1] == {"text": ["1942"], "answer_start": [29]}
+    assert fixed["answers"][2] == {"text": ["sank"], "answer_start": [44]}
+
+
+def test_training_windows_label_the_answer_tokens(tokenizer):
+    examples = read_squad_json(SQUAD_V1).select(range(60))
+    features = examples.map(
+        prepare_train_features,
+        batched=True,
+        remove_columns=examples.column_names,
+        fn_kwargs={"tokenizer": tokenizer, "max_seq_length": 128, "doc_stride": 32},
+    )
+    assert len(features) > 2 * len(examples)  # contexts are longer than one window
+    encoded = tokenizer(
+        [q.lstrip() for q in examples["question"]],
+        list(examples["context"]),
+        truncation="only_second",
+        max_length=128,
+        stride=32,
+        return_overflowing_tokens=True,
+        return_offsets_mapping=True,
+    )
+    exact, found = 0, set()
+    for index, (start, end) in enumerate(zip(features["start_positions"], features["end_positions"])):
+        example = examples[encoded["overflow_to_sample_mapping"][index]]
+        if start == 0:
+            assert end == 0
+            continue
+        offsets = encoded["offset_mapping"][index]
+        labeled = example["context"][offsets[start][0] : offsets[end][1]]
+        answer = example["answers"]["text"][0]
+        assert answer in labeled  # the labeled tokens cover the answer (an answer may start inside a token)
+        exact += labeled == answer
+        found.add(example["id"])
+    assert found == set(examples["id"])  # every answer is labeled in some window
+    assert exact >= 0.9 * len(found)
+
+
+def test_questions_longer_than_the_window_are_rejected_before_training(tokenizer):
+    dataset = datasets.Dataset.from_dict(
+        {
+            "id": ["short", "long"],
+            "question": ["Who?", " ".join(["Which battleship"] * 40)],
+            "context": ["The battleship sank."] * 2,
+            "answers": [{"text": [], "answer_start": []}] * 2,
+        }
+    )
+    with pytest.raises(ValueError, match=r"1 question\(s\) are too long \(ids \['long'\]\).*doc_stride = 16"):
+        check_question_lengths(dataset["id"], dataset["question"], tokenizer, max_seq_length=64, doc_stride=16)
+    check_question_lengths(["short"], ["Who?"], tokenizer, max_seq_length=64, doc_stride=16)
+    # The feature functions check too (the tokenizers library would panic instead of raising).
+    with pytest.raises(ValueError, match="too long"):
+        dataset.map(
+            prepare_train_features,
+            batched=True,
+            fn_kwargs={"tokenizer": tokenizer, "max_seq_length": 64, "doc_stride": 16},
+            remove_columns=dataset.column_names,
+        )
+
+
+def test_window_lengths_default_to_the_model_n(tokenizer):
+    config = tiny_config(vocab_size=len(tokenizer))
+    model = BlockBertForQuestionAnswering(config)
+    assert resolve_window_lengths(model, match_tokenizer_to_config(tokenizer, config), None, 16) == (64, 16)
+    with pytest.raises(ValueError, match="exceeds what the model takes \\(N = 64\\)"):
+        resolve_window_lengths(model, tokenizer, 128, 16)
+    with pytest.raises(ValueError, match="doc_stride"):
+        resolve_window_lengths(model, tokenizer, 32, 32)
+
+
+def test_split_articles_gives_disjoint_halves_of_unchanged_records(tmp_path):
+    first, second = split_squad_articles(SQUAD_V1, tmp_path)
+    source = json.loads(SQUAD_V1.read_text())
+    halves = [json.loads(path.read_text()) for path in (first, second)]
+    assert [a["title"] for a in halves[0]["data"]] == ["Sky_(United_Kingdom)"]
+    assert halves[0]["data"] + halves[1]["data"] == source["data"]
+    assert halves[1]["version"] == source["version"]
+    assert first.name == "squad_v1.1_dev_sample.first-half.json"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Metrics
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_squad_v1_metric_on_a_hand_checked_case():
+    references = [
+        {"id": "1", "answers": {"text": ["Denver Broncos", "The Denver Broncos"], "answer_start": [0, 0]}},
+        {"id": "2", "answers": {"text": ["Santa Clara, California"], "answer_start": [0]}},
+        {"id": "3", "answers": {"text": ["1,000 MB"], "answer_start": [0]}},
+    ]
+    predictions = [
+        {"id": "1", "prediction_text": "the Denver Broncos!"},  # normalizes to "denver broncos": exact
+        {"id": "2", "prediction_text": "Clara"},  # precision 1, recall 1/3: F1 = 0.5
+        {"id": "3", "prediction_text": "1000 MB"},  # punctuation is dropped: exact
+    ]
+    result = SquadMetric(config_name="squad").compute(predictions=predictions, references=references)
+    assert result == pytest.approx({"exact_match": 200 / 3, "f1": 250 / 3})
+    assert normalize_answer("  The  Denver, Broncos. ") == "denver broncos"
+    with pytest.raises(ValueError, match="config_name='squad_v2'"):
+        SquadMetric(config_name="squad").compute(
+            predictions=[{"id": "4", "prediction_text": ""}],
+            references=[{"id": "4", "answers": {"text": [], "answer_start": []}}],
+        )
+
+
+def test_squad_v2_metric_on_a_hand_checked_case():
+    no_answer = {"text": [], "answer_start": []}
+    references = [
+        {"id": "1", "answers": {"text": ["Denver Broncos"], "answer_start": [0]}},
+        {"id": "2", "answers": no_answer},
+        {"id": "3", "answers": no_answer},
+        {"id": "4", "answers": {"text": ["Santa Clara, California"], "answer_start": [0]}},
+    ]
+    predictions = [
+        {"id": "1", "prediction_text": "Denver Broncos", "no_answer_probability": 0.1},  # exact
+        {"id": "2", "prediction_text": "", "no_answer_probability": 0.9},  # correctly abstains: exact
+        {"id": "3", "prediction_text": "Clara", "no_answer_probability": 0.4},  # should abstain: 0
+        {"id": "4", "prediction_text": "Clara", "no_answer_probability": 0.2},  # F1 0.5
+    ]
+    metric = SquadMetric(config_name="squad_v2")
+    result = metric.compute(predictions=predictions, references=references)
+    expected = {
+        "exact": 50.0, "f1": 62.5, "total": 4,
+        "HasAns_exact": 50.0, "HasAns_f1": 75.0, "HasAns_total": 2,
+        "NoAns_exact": 50.0, "NoAns_f1": 50.0, "NoAns_total": 2,
+        # Abstaining above no-answer probability 0.1 keeps q1 (+1) and turns q3 into a correct abstention:
+        # exact (1 + 1 + 1 + 0) / 4; F1 best at 0.2, where q4 keeps its 0.5: (1 + 1 + 1 + 0.5) / 4.
+        "best_exact": 75.0, "best_exact_thresh": 0.1, "best_f1": 87.5, "best_f1_thresh": 0.2,
+    }  # fmt: skip
+    assert result == pytest.approx(expected)
+    # With a no-answer threshold of 0.3, q3 (0.4) abstains and scores 1.
+    thresholded = metric.compute(predictions=predictions, references=references, no_answer_threshold=0.3)
+    assert (thresholded["exact"], thresholded["f1"]) == (75.0, 87.5)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# examples/run_qa.py end to end
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def run_script(*args, launcher=(sys.executable,), env=None):
+    result = subprocess.run(
+        [*launcher, str(RUN_QA), *map(str, args)],
+        capture_output=True,
+        text=True,
+        env={**RUN_ENV, **(env or {})},
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    return result
+
+
+@pytest.fixture(scope="module")
+def tiny_qa_folder(tmp_path_factory):
+    """A tiny BlockBERT QA model (N = 128) with a byte-level BPE tokenizer trained on the sample's contexts."""
+    contexts = sorted(set(read_squad_json(SQUAD_V1)["context"]))
+    tokenizer = train_roberta_tokenizer(contexts, vocab_size=1000, model_max_length=128)
+    config = tiny_config(vocab_size=len(tokenizer), max_position_embeddings=130)
+    match_tokenizer_to_config(tokenizer, config)
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("qa") / "tiny"
+    save_atomically(folder, BlockBertForQuestionAnswering(config).save_pretrained, tokenizer.save_pretrained)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def trained_run(tiny_qa_folder):
+    """Train 8 steps (batches grouped by length, a checkpoint every 4) and evaluate on 61 questions of the v1.1
+    sample."""
+    output = tiny_qa_folder.parent / "run"
+    result = run_script(
+        "--model_name_or_path", tiny_qa_folder, "--train_file", SQUAD_V1, "--validation_file", SQUAD_V1,
+        "--do_train", "--do_eval", "--max_train_steps", 8, "--per_device_train_batch_size", 8,
+        "--learning_rate", 1e-3, "--checkpointing_steps", 4, "--max_eval_samples", 61, "--output_dir", output,
+        "--group_by_length", *WINDOW_ARGS,
+    )  # fmt: skip
+    return output, result
+
+
+def test_run_qa_trains_evaluates_and_writes_predictions(trained_run):
+    output, result = trained_run
+    summary = json.loads(result.stdout[result.stdout.index("{") :])
+    assert summary["completed_steps"] == 8 and summary["train_examples"] == 204 and summary["eval_examples"] == 61
+    assert summary["max_seq_length"] == 128 and summary["version_2_with_negative"] is False
+    assert {p.name for p in (output / "model").iterdir()} >= {
+        "config.json", "model.safetensors", "tokenizer.json", "modeling_blockbert.py", "pipeline_question_answering.py",
+    }  # fmt: skip
+    assert sorted(p.name for p in (output / "checkpoints").iterdir()) == ["step_4", "step_8"]
+    predictions = json.loads((output / "eval_predictions.json").read_text())
+    examples = read_squad_json(SQUAD_V1).select(range(61))
+    assert list(predictions) == examples["id"]
+    for row_id, context in zip(examples["id"], examples["context"]):
+        assert predictions[row_id] and predictions[row_id] in context
+    # The metrics written are those of the predictions written.
+    metrics = json.loads((output / "eval_metrics.json").read_text())
+    recomputed = SquadMetric(config_name="squad").compute(
+        predictions=[{"id": k, "prediction_text": v} for k, v in predictions.items()],
+        references=[{"id": row["id"], "answers": row["answers"]} for row in examples],
+    )
+    assert metrics["exact_match"] == pytest.approx(recomputed["exact_match"])
+    assert metrics["f1"] == pytest.approx(recomputed["f1"]) and metrics["metric_implementation"]
+
+
+def test_the_pipeline_agrees_with_run_qa_predictions(trained_run):
+    output, _ = trained_run
+    predictions = json.loads((output / "eval_predictions.json").read_text())
+    model = AutoModelForQuestionAnswering.from_pretrained(output / "model").eval()
+    qa = ExtractiveQuestionAnsweringPipeline(model=model, tokenizer=AutoTokenizer.from_pretrained(output / "model"))
+    examples = read_squad_json(SQUAD_V1).select(range(12))
+    answers = qa(
+        [{"question": q, "context": c} for q, c in zip(examples["question"], examples["context"])],
+        doc_stride=32,
+        max_answer_len=30,
+    )
+    assert [a["answer"] for a in answers] == [predictions[row_id] for row_id in examples["id"]]
+
+
+def test_two_processes_give_the_same_predictions_as_one(trained_run):
+    output, _ = trained_run
+    two = output.parent / "two_processes"
+    result = run_script(
+        "--model_name_or_path", output / "model", "--validation_file", SQUAD_V1, "--do_eval",
+        "--max_eval_samples", 61, "--output_dir", two, *WINDOW_ARGS,
+        # Accelerate 1.x starts several CPU processes through torchrun (--multi_gpu) when ACCELERATE_USE_CPU is set;
+        # `accelerate launch --cpu --num_processes 2` alone starts one process unless MPI is configured.
+        launcher=(sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+                  "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"),
+        env={"ACCELERATE_USE_CPU": "1"},
+    )  # fmt: skip
+    assert "2 process(es)" in result.stderr
+    one = json.loads((output / "eval_predictions.json").read_text())
+    assert json.loads((two / "eval_predictions.json").read_text()) == one
+    metrics = json.loads((two / "eval_metrics.json").read_text())
+    assert (
+        metrics["eval_examples"] == 61
+        and metrics["exact_match"] == json.loads((output / "eval_metrics.json").read_text())["exact_match"]
+    )
+
+
+def test_resuming_from_a_checkpoint_gives_the_same_model(trained_run, tiny_qa_folder):
+    output, _ = trained_run
+    resumed = output.parent / "resumed"
+    shutil.copytree(output / "checkpoints" / "step_4", resumed / "checkpoints" / "step_4")
+    result = run_script(
+        "--model_name_or_path", tiny_qa_folder, "--train_file", SQUAD_V1, "--do_train", "--max_train_steps", 8,
+        "--per_device_train_batch_size", 8, "--learning_rate", 1e-3, "--output_dir", resumed,
+        "--resume_from_checkpoint", "latest", "--group_by_length", *WINDOW_ARGS,
+    )  # fmt: skip
+    assert "after 4 steps" in result.stderr
+    expected, got = (
+        load_file(output / "model" / "model.safetensors"),
+        load_file(resumed / "model" / "model.safetensors"),
+    )
+    assert expected.keys() == got.keys()
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], rtol=1e-5, atol=1e-6)
+
+
+def test_run_qa_on_squad_v2_scores_unanswerable_questions(tiny_qa_folder):
+    output = tiny_qa_folder.parent / "v2"
+    run_script(
+        "--model_name_or_path", tiny_qa_folder, "--validation_file", SQUAD_V2, "--do_eval",
+        "--max_eval_samples", 40, "--output_dir", output, "--write_nbest", *WINDOW_ARGS,
+    )  # fmt: skip
+    metrics = json.loads((output / "eval_metrics.json").read_text())
+    assert metrics["version_2_with_negative"] is True
+    assert metrics["HasAns_total"] + metrics["NoAns_total"] == metrics["total"] == 40 and metrics["NoAns_total"] > 0
+    predictions = json.loads((output / "eval_predictions.json").read_text())
+    null_odds = json.loads((output / "eval_null_odds.json").read_text())
+    nbest = json.loads((output / "eval_nbest_predictions.json").read_text())
+    assert list(predictions) == list(null_odds) == list(nbest) and len(predictions) == 40
+    for row_id, answers in nbest.items():
+        # The prediction is the top of the n-best list, which includes the null answer with its probability.
+        assert predictions[row_id] == answers[0]["answer"]
+        null = [a for a in answers if (a["start"], a["end"], a["answer"]) == (0, 0, "")]
+        assert len(null) == 1 and null[0]["score"] == pytest.approx(null_odds[row_id])
+
+
+def test_a_multi_process_launch_that_accelerate_runs_as_one_process_is_an_error(tiny_qa_folder, tmp_path):
+    """Without ACCELERATE_USE_CPU on a machine without GPUs, torchrun's processes would each run the whole job."""
+    result = subprocess.run(
+        [sys.executable, str(RUN_QA), "--model_name_or_path", str(tiny_qa_folder), "--validation_file", str(SQUAD_V1),
+         "--do_eval", "--output_dir", str(tmp_path / "out")],
+        capture_output=True, text=True, env={**RUN_ENV, "WORLD_SIZE": "2"}, timeout=300,
+    )  # fmt: skip
+    assert result.returncode != 0 and "set ACCELERATE_USE_CPU=1" in result.stderr
+    assert not (tmp_path / "out").exists()
