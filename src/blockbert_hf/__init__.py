@@ -5,19 +5,10 @@ Importing the package registers BlockBERT with the AutoClasses (`AutoConfig`, `A
 `AutoModelForMultipleChoice`, `AutoTokenizer`).
 """
 
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoModelForMaskedLM,
-    AutoModelForMultipleChoice,
-    AutoModelForQuestionAnswering,
-    AutoModelForSequenceClassification,
-    AutoModelForTokenClassification,
-    AutoTokenizer,
-    RobertaTokenizer,
-)
+import transformers
+from transformers import AutoConfig, AutoTokenizer, RobertaTokenizer
 
-from .pipeline_question_answering import ExtractiveQuestionAnsweringPipeline
+from . import modeling_blockbert
 from .configuration_blockbert import BlockBertConfig, default_heads_per_shift, parse_heads_per_shift
 from .modeling_blockbert import (
     BlockBertForMaskedLM,
@@ -31,20 +22,17 @@ from .modeling_blockbert import (
     partner_block,
     sparse_fixed_pattern,
 )
+from .pipeline_question_answering import ExtractiveQuestionAnsweringPipeline
 
 
 __version__ = "0.1.0"
 
 AutoConfig.register(BlockBertConfig.model_type, BlockBertConfig, exist_ok=True)
-for _auto_class, _model_class in (
-    (AutoModel, BlockBertModel),
-    (AutoModelForMaskedLM, BlockBertForMaskedLM),
-    (AutoModelForQuestionAnswering, BlockBertForQuestionAnswering),
-    (AutoModelForSequenceClassification, BlockBertForSequenceClassification),
-    (AutoModelForTokenClassification, BlockBertForTokenClassification),
-    (AutoModelForMultipleChoice, BlockBertForMultipleChoice),
-):
-    _auto_class.register(BlockBertConfig, _model_class, exist_ok=True)
+for _auto_class, _target in modeling_blockbert.AUTO_MAP.items():
+    if _auto_class != "AutoConfig":
+        getattr(transformers, _auto_class).register(
+            BlockBertConfig, getattr(modeling_blockbert, _target.split(".")[1]), exist_ok=True
+        )
 # A saved tokenizer names its own class; this covers folders whose tokenizer_config.json does not.
 AutoTokenizer.register(BlockBertConfig, fast_tokenizer_class=RobertaTokenizer, exist_ok=True)
 

@@ -141,13 +141,7 @@ class BlockBertConfig(PreTrainedConfig):
     sparse_prediction: bool = False
 
     def __post_init__(self, **kwargs):
-        if self.position_embedding_style not in POSITION_EMBEDDING_STYLES:
-            raise ValueError(
-                f"position_embedding_style={self.position_embedding_style!r} is unknown: use one of "
-                f"{POSITION_EMBEDDING_STYLES} ('roberta' for RoBERTa checkpoints, 'bert' for BERT checkpoints)."
-            )
-        if self.num_blocks < 1:
-            raise ValueError(f"num_blocks must be >= 1 (it is n, the number of blocks), got {self.num_blocks}.")
+        self._check_fields_defaults_depend_on()
         if self.block_size is None:
             self.block_size = math.ceil(self.max_sequence_length / self.num_blocks)
         if self.heads_per_shift is None:
@@ -170,6 +164,16 @@ class BlockBertConfig(PreTrainedConfig):
         """The shift of every head, in head order: `heads_per_shift=[10, 2]` gives `[0] * 10 + [1] * 2`."""
         return [shift for shift, count in enumerate(self.heads_per_shift) for _ in range(count)]
 
+    def _check_fields_defaults_depend_on(self):
+        """The fields the defaults of `block_size` and `heads_per_shift` are computed from."""
+        if self.position_embedding_style not in POSITION_EMBEDDING_STYLES:
+            raise ValueError(
+                f"position_embedding_style={self.position_embedding_style!r} is unknown: use one of "
+                f"{POSITION_EMBEDDING_STYLES} ('roberta' for RoBERTa checkpoints, 'bert' for BERT checkpoints)."
+            )
+        if self.num_blocks < 1:
+            raise ValueError(f"num_blocks must be >= 1 (it is n, the number of blocks), got {self.num_blocks}.")
+
     def check_blockwise_fields(self):
         """Raises a `ValueError` that says what to change when the blockwise fields do not fit together."""
         if self.hidden_size % self.num_attention_heads != 0:
@@ -181,13 +185,7 @@ class BlockBertConfig(PreTrainedConfig):
                 f"attention_pattern={self.attention_pattern!r} is unknown: use one of {ATTENTION_PATTERNS}. "
                 "(The kernel is chosen separately, with attn_implementation='eager' or 'sdpa'.)"
             )
-        if self.position_embedding_style not in POSITION_EMBEDDING_STYLES:
-            raise ValueError(
-                f"position_embedding_style={self.position_embedding_style!r} is unknown: use one of "
-                f"{POSITION_EMBEDDING_STYLES}."
-            )
-        if self.num_blocks < 1:
-            raise ValueError(f"num_blocks must be >= 1 (it is n, the number of blocks), got {self.num_blocks}.")
+        self._check_fields_defaults_depend_on()
         if self.max_sequence_length < 1:
             raise ValueError(
                 f"max_position_embeddings={self.max_position_embeddings} leaves no room for tokens with "

@@ -1003,16 +1003,10 @@ class BlockBertForQuestionAnswering(BlockBertPreTrainedModel):
         )
 
 
-for _model_class in (
-    BlockBertModel,
-    BlockBertForMaskedLM,
-    BlockBertForQuestionAnswering,
-    BlockBertForSequenceClassification,
-    BlockBertForTokenClassification,
-    BlockBertForMultipleChoice,
-):
-    _model_class.register_for_auto_class(next(k for k, v in AUTO_MAP.items() if v.endswith(f".{_model_class.__name__}")))
-BlockBertConfig.register_for_auto_class()
+# Saving copies this file (and the config's) next to the weights, so the folder loads with trust_remote_code.
+for _auto_class, _target in AUTO_MAP.items():
+    _class = BlockBertConfig if _auto_class == "AutoConfig" else globals()[_target.split(".")[1]]
+    _class.register_for_auto_class(_auto_class)
 
 
 __all__ = [
