@@ -1,0 +1,200 @@
+"""Time and peak memory of one training step (the efficiency columns of the paper's Table 3): BlockBERT against
+RoBERTa, Longformer and BigBird, with attention dropout 0.1 (as the paper) and 0.
+
+    python benchmarks/train_step.py            # BERT-base, 8x512 and 4x1024, dropout 0.1 and 0 (2-3 hours, 2 cores)
+    python benchmarks/train_step.py --grid 4x1024 --attention_dropouts 0.1    # the issue's targets only (~1 hour)
+    python benchmarks/train_step.py --quick    # tiny sizes, checks that the script works (seconds)
+
+A step is forward + backward + AdamW update of a `*ForMaskedLM` (15% of positions labelled), gradients released
+at its end. For every batch x length of --grid and every attention dropout:
+1. memory: each model in a fresh process, a warm-up step on one sequence (so Adam's state exists), then the measured
+   step: peak = weights + Adam state + the step's peak allocation above them (paper Appendix A.2). A model that exceeds
+   --memory_budget_gb is recorded as out of memory, one whose step takes longer than --too_slow_s as too slow.
+2. time: all other models in this one process, interleaved (--warmup steps each, then --repeats rounds of one step
+   per model), medians and same-run ratios. BlockBERT and RoBERTa models share one set of weights and one AdamW
+   (same parameter names and shapes), so the process holds one copy; Longformer and BigBird have their own.
+
+Note: torch's CPU SDPA has no fused kernel with dropout; with dropout > 0 it falls back to the math kernel, which
+stores the attention probabilities like eager attention does. Writes train_step.{json,md,png}.
+"""
+
+import argparse
+import gc
+import json
+import sys
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from blockbert_hf.benchmarking import (
+    ModelSize,
+    add_run_arguments,
+    build_benchmark_model,
+    comparison_plot,
+    comparison_table,
+    make_training_step,
+    masked_lm_labels,
+    measure_training_step,
+    memory_pass,
+    parse_candidates,
+    parse_grid,
+    prepare_run,
+    random_token_ids,
+    results_header,
+    share_parameters,
+    targets_table,
+    timing_pass,
+    write_file_atomically,
+)
+
+
+DEFAULT_OUTPUT_DIR = Path(__file__).resolve().parents[1] / "docs" / "benchmarks"
+DEFAULT_MODELS = (
+    "blockbert-n2-eager,blockbert-n2-sdpa,blockbert-n3-eager,blockbert-n3-sdpa,roberta-eager,roberta-sdpa,longformer,"
+    "bigbird"
+)
+_AT_TARGET = dict(batch_size=4, seq_len=1024, attention_dropout=0.1)
+# The issue's training targets (paper Table 3 ratios for memory; same-run time ratios).
+TARGETS = [
+    dict(what="training peak memory, paper 0.73", section=_AT_TARGET, model="blockbert-n2-sdpa",
+         anchor="roberta-eager", at_most=0.73, kind="memory", memory_field="peak_bytes"),
+    dict(what="training peak memory, paper 0.64", section=_AT_TARGET, model="blockbert-n3-sdpa",
+         anchor="roberta-eager", at_most=0.64, kind="memory", memory_field="peak_bytes"),
+    dict(what="training step time", section=_AT_TARGET, model="blockbert-n2-sdpa", anchor="roberta-sdpa",
+         at_most=0.85, kind="time"),
+    dict(what="training peak memory", section=_AT_TARGET, model="blockbert-n2-sdpa", anchor="roberta-sdpa",
+         at_most=1.0, kind="memory", memory_field="peak_bytes"),
+]
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--grid", default="8x512,4x1024", help="comma-separated BATCHxLENGTH")
+    parser.add_argument("--attention_dropouts", default="0.1,0", help="comma-separated attention dropout rates")
+    parser.add_argument("--models", default=DEFAULT_MODELS, help="comma-separated model keys")
+    parser.add_argument("--layers", type=int, default=12)
+    parser.add_argument("--longformer_window", type=int, default=512)
+    parser.add_argument("--repeats", type=int, default=5, help="timed rounds (the issue asks for at least 5)")
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--too_slow_s", type=float, default=600, help="a model whose step takes longer: not timed")
+    parser.add_argument("--skip_timing", action="store_true", help="measure memory only (no timing pass)")
+    add_run_arguments(parser, DEFAULT_OUTPUT_DIR)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.grid, args.repeats, args.warmup = "1x128", 2, 1
+    try:
+        args.grid = parse_grid(args.grid)
+        args.candidates = parse_candidates(args.models)
+        args.attention_dropouts = [float(value) for value in args.attention_dropouts.split(",")]
+    except ValueError as error:
+        parser.error(str(error))
+    if not all(0 <= p < 1 for p in args.attention_dropouts):
+        parser.error(f"--attention_dropouts must be in [0, 1), got {args.attention_dropouts}")
+    if args.repeats < 1 or args.warmup < 0 or args.layers < 1:
+        parser.error("--repeats and --layers must be at least 1, --warmup at least 0")
+    if args.longformer_window < 2 or args.longformer_window % 2:
+        parser.error(f"--longformer_window must be an even number (Longformer's rule), got {args.longformer_window}")
+    return args
+
+
+def build_runners(candidates, batch_size, seq_len, size, attention_dropout, device):
+    """One training-step callable per model; BlockBERT and RoBERTa models share the first one's weights and AdamW."""
+    generator = torch.Generator().manual_seed(0)
+    input_ids = random_token_ids(batch_size, seq_len, size.vocab_size, generator)
+    labels = masked_lm_labels(input_ids, generator=generator)
+    input_ids, labels = input_ids.to(device), labels.to(device)
+    runners, donor, shared_optimizer = {}, None, None
+    for candidate in candidates:
+        model = build_benchmark_model(candidate, seq_len, size, masked_lm=True, attention_dropout=attention_dropout)
+        model = model.to(device).train()
+        if candidate.family in ("blockbert", "roberta"):
+            if donor is None:
+                donor, shared_optimizer = model, torch.optim.AdamW(model.parameters(), lr=1e-5)
+            else:
+                share_parameters(donor, model)
+            optimizer = shared_optimizer
+        else:
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+        runners[candidate.key] = make_training_step(model, optimizer, input_ids, labels)
+    return runners
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    output_dir = prepare_run(args, DEFAULT_OUTPUT_DIR)
+    if args.quick:
+        size = ModelSize.tiny()
+    else:
+        size = ModelSize(num_layers=args.layers, longformer_window=args.longformer_window)
+    sections = []
+    jobs = [(p, b, n) for p in args.attention_dropouts for b, n in args.grid]
+    for attention_dropout, batch_size, seq_len in tqdm(jobs, desc="grid", unit="point"):
+        name = f"{batch_size}x{seq_len}, attention dropout {attention_dropout:g}"
+        tqdm.write(f"== {name}: memory")
+        rows = memory_pass(args.candidates, measure_training_step,
+                           dict(batch_size=batch_size, seq_len=seq_len, size=size,
+                                attention_dropout=attention_dropout, device=args.device),
+                           args, args.too_slow_s)
+        runnable = [] if args.skip_timing else [c for c in args.candidates if rows[c.key]["status"] == "ok"]
+        if not args.skip_timing:
+            tqdm.write(f"== {name}: timing {len(runnable)} models interleaved, {args.repeats} rounds")
+        if runnable:
+            runners = None
+            try:
+                runners = build_runners(runnable, batch_size, seq_len, size, attention_dropout, args.device)
+                for key, timing in timing_pass(runners, args.repeats, args.warmup, args.device).items():
+                    rows[key].update(timing)
+            except (RuntimeError, MemoryError) as error:  # one process holds all models: say so, keep the memory pass
+                for candidate in runnable:
+                    rows[candidate.key]["detail"] = f"timing failed: {type(error).__name__}: {error}"[:300]
+                    rows[candidate.key]["status"] = "timing failed"
+            finally:
+                runners = None
+                gc.collect()
+        sections.append(dict(name=name, batch_size=batch_size, seq_len=seq_len,
+                             attention_dropout=attention_dropout, rows=rows))
+
+    notes = [
+        f"{'quick mode, tiny model: ' if args.quick else 'BERT-base dims: '}{size.describe()}; "
+        "one AdamW step of `*ForMaskedLM`, fp32, hidden dropout 0.1, random weights and tokens, 15% of positions "
+        "labelled, no padding.",
+        f"Time: median of {args.repeats} rounds after {args.warmup} warm-up step(s), all models interleaved in one "
+        "process; ratios are same-run: median over rounds of (time / anchor's time in that round), then the ratio of "
+        "the medians.",
+        "Peak memory = weights + AdamW state + the step's peak allocation above them (activations, gradients, "
+        "temporaries), measured after a warm-up step"
+        + (", each model in a fresh process." if not args.in_process else "."),
+        "torch's CPU SDPA has no fused kernel with dropout: with attention dropout > 0 it runs its math fallback, "
+        "which keeps the N x N probabilities like eager attention.",
+        f"Longformer: window {size.longformer_window}, no global attention. BigBird: block sparse, block "
+        f"{size.bigbird_block_size}, {size.bigbird_random_blocks} random blocks (full attention for inputs of at most "
+        f"{(5 + 2 * size.bigbird_random_blocks) * size.bigbird_block_size} tokens).",
+    ]
+    text = results_header(
+        "Training step: time and peak memory (paper Table 3)", "benchmarks/train_step.py", argv, notes
+    )
+    if not args.quick and args.layers == 12:  # the targets are stated for BERT-base
+        text += "## Issue targets (BlockBERT with the sdpa kernel)\n\n" + targets_table(TARGETS, sections) + "\n"
+    for section in sections:
+        text += f"## {section['name']}\n\n"
+        text += comparison_table(args.candidates, section["rows"], "peak_bytes", "peak memory (GiB)")
+        text += "\n"
+    write_file_atomically(output_dir / "train_step.json", json.dumps(
+        {"args": {k: v for k, v in vars(args).items() if k != "candidates"}, "sections": sections}, indent=2,
+        default=str))
+    write_file_atomically(output_dir / "train_step.md", text)
+    comparison_plot(sections, args.candidates, "peak_bytes", "Training step time and peak memory",
+                    output_dir / "train_step.png")
+    print(text)
+    print(f"wrote {output_dir}/train_step.{{json,md,png}}")
+    failed = [key for s in sections for key, row in s["rows"].items() if row["status"] in ("error", "timing failed")]
+    if failed:
+        print(f"measurements failed: {failed} (see the .md file)", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
