@@ -14,7 +14,7 @@ import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from blockbert_hf import BlockBertModel
-from blockbert_hf.benchmarking import bert_base_config, describe_machine, interleaved_medians
+from blockbert_hf.benchmarking import bert_base_config, machine_description, interleaved_medians
 from blockbert_hf.modeling_blockbert import build_attention_layout, tiled_attention
 
 
@@ -106,7 +106,7 @@ def main():
         results = json.loads(Path(args.from_json).read_text())
     else:
         results = {
-            "machine": describe_machine(),
+            "machine": machine_description(),
             "args": {k: v for k, v in vars(args).items() if k not in ("output", "markdown", "from_json")},
             "forward": model_forward(args.batch_size, args.seq_len, args.repeats, args.layers),
             "attention_op": attention_op(args.op_seq_len, args.repeats),

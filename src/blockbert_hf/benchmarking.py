@@ -1,14 +1,25 @@
 """Timing helpers for the benchmarks: candidates timed interleaved in one process, medians, same-run ratios."""
 
+import datetime
+import multiprocessing
+import os
+import platform
+import resource
+import shlex
 import statistics
+import tempfile
 import time
+import traceback
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
+import transformers
 
 from .configuration_blockbert import BlockBertConfig
+from .saving import write_file_atomically  # noqa: F401  (the benchmark scripts write through it)
 
 
 def bert_base_config(max_sequence_length: int, **overrides) -> BlockBertConfig:
@@ -49,21 +60,6 @@ def interleaved_medians(
                 mine / theirs for mine, theirs in zip(times[name], times[anchor])
             )
     return results
-
-
-def describe_machine() -> str:
-    """CPU model, core count, torch version and threads (and the GPU when there is one)."""
-    import os
-    import platform
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as handle:
-            cpu = next(line.split(":", 1)[1].strip() for line in handle if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    device = f"CUDA {torch.cuda.get_device_name()}" if torch.cuda.is_available() else "no GPU"
-    return f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__} with {torch.get_num_threads()} threads, {device}"
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -456,8 +452,6 @@ def _is_out_of_memory(error: BaseException) -> bool:
 
 
 def _isolated_main(connection, function, kwargs, memory_budget_bytes, threads):
-    import resource
-    import traceback
 
     torch.set_num_threads(threads)
     if memory_budget_bytes is not None:
@@ -492,7 +486,6 @@ def run_isolated(
     earlier model) and survives a measurement that runs out of memory. `memory_budget_bytes` caps the child's address
     space above what it holds after importing torch (Linux); `timeout_s` kills a child that has not answered in time.
     """
-    import multiprocessing
 
     context = multiprocessing.get_context("spawn")
     receiver, sender = context.Pipe(duplex=False)
@@ -593,10 +586,7 @@ def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
 
 def machine_description() -> str:
     """CPU model, cores, threads used, memory, GPU and library versions: the line each results file starts with."""
-    import os
-    import platform
 
-    import transformers
 
     cpu = platform.processor() or platform.machine()
     try:
@@ -621,33 +611,6 @@ def markdown_table(headers: list[str], rows: list[list]) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
-
-
-def write_file_atomically(path, content: str | bytes | Callable) -> None:
-    """Writes `content` (text, bytes, or a function that writes to the path it is given, e.g. a figure's `savefig`)
-    to a temporary file beside `path`, then renames it: `path` is either the old file or the complete new one."""
-    import os
-    import tempfile
-    from pathlib import Path
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
-    os.close(handle)
-    try:
-        if callable(content):
-            content(temporary)
-        elif isinstance(content, bytes):
-            Path(temporary).write_bytes(content)
-        else:
-            Path(temporary).write_text(content)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)  # mkstemp creates the file private; give it the usual permissions
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 # --- what the three benchmark scripts share: command line, output folder, results files ------------------------------
@@ -678,10 +641,8 @@ def add_run_arguments(parser, default_output_dir) -> None:
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks that the script works, in seconds")
 
 
-def prepare_run(args, default_output_dir) -> "Path":
+def prepare_run(args, default_output_dir) -> Path:
     """Checks the common options, sets the thread count, and returns the output folder (created)."""
-    import tempfile
-    from pathlib import Path
 
     if args.threads is None:
         args.threads = 1 if args.quick else 2
@@ -710,8 +671,6 @@ def prepare_run(args, default_output_dir) -> "Path":
 
 def results_header(title: str, script: str, argv: list[str], notes: list[str]) -> str:
     """Title, the command that produced the file, date, machine, and notes: the top of every results markdown."""
-    import datetime
-    import shlex
 
     command = " ".join(["python", script, *(shlex.quote(argument) for argument in argv)])
     lines = [

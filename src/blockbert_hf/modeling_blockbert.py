@@ -20,7 +20,10 @@ key block `partner_block(i, s, n) = (i + s) mod n`, where `s` is the head's shif
 This file is copied next to saved checkpoints (`trust_remote_code`), so it imports nothing from `blockbert_hf`.
 """
 
+import copy
 import math
+import os
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -41,7 +44,7 @@ from transformers.modeling_outputs import (
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.processing_utils import Unpack
-from transformers.utils import TransformersKwargs, auto_docstring, logging
+from transformers.utils import TransformersKwargs, auto_docstring, logging, try_to_load_from_cache
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
@@ -555,10 +558,6 @@ CUSTOM_PIPELINES = {
 def _find_qa_pipeline_file(config) -> str | None:
     """Where the QA pipeline's source is: beside this file (the installed package), else in the folder or Hub repo
     the model was loaded from (trust_remote_code copies only the modeling files into its module cache)."""
-    import os
-
-    from transformers.utils import try_to_load_from_cache
-
     beside = os.path.join(os.path.dirname(os.path.abspath(__file__)), QA_PIPELINE_FILE)
     if os.path.isfile(beside):
         return beside
@@ -606,10 +605,6 @@ class BlockBertPreTrainedModel(PreTrainedModel):
         The folder also carries the extractive QA pipeline (`pipeline_question_answering.py` and
         `config.custom_pipelines`), so `pipeline("question-answering", model=folder, trust_remote_code=True)` works.
         """
-        import copy
-        import os
-        import shutil
-
         self.config.auto_map = {**(getattr(self.config, "auto_map", None) or {}), **AUTO_MAP}
         custom_pipelines = dict(getattr(self.config, "custom_pipelines", None) or {})
         pipeline_file = _find_qa_pipeline_file(self.config)

@@ -33,7 +33,6 @@ Pipeline:
 """
 
 import contextlib
-import gzip
 import hashlib
 import importlib.util
 import json
@@ -59,7 +58,7 @@ from transformers.utils import logging
 
 from .configuration_blockbert import BlockBertConfig, parse_heads_per_shift
 from .modeling_blockbert import BlockBertForMaskedLM
-from .saving import atomic_directory, save_atomically
+from .saving import atomic_directory, open_text, save_atomically
 from .tokenization import match_tokenizer_to_config, train_roberta_tokenizer
 
 
@@ -145,10 +144,6 @@ class PretrainingArguments:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def _open_text(path: str):
-    return gzip.open(path, "rt", encoding="utf-8") if str(path).endswith(".gz") else open(path, encoding="utf-8")
-
-
 def split_documents(lines: Iterable[str], boundary: str, heading_regex: str = WIKITEXT_HEADING) -> Iterator[str]:
     """Documents of one stream of lines (a file): paragraphs (non-blank lines joined by spaces) joined by newlines."""
     if boundary not in DOCUMENT_BOUNDARIES:
@@ -207,7 +202,7 @@ def read_documents(paths: Sequence[str], boundary: str = "file", heading_regex: 
             else:
                 documents.extend(split_documents(records, boundary, heading_regex))
         elif str(path).endswith((".txt", ".txt.gz", ".raw", ".raw.gz", ".tokens", ".tokens.gz")):
-            with _open_text(path) as handle:
+            with open_text(path) as handle:
                 documents.extend(split_documents(handle, boundary, heading_regex))
         else:
             raise ValueError(f"{path!r}: unsupported file type; use .txt, .txt.gz or .jsonl.")

@@ -13,7 +13,6 @@
 
 import argparse
 import collections
-import gzip
 import json
 import logging
 import math
@@ -22,7 +21,6 @@ import os
 import re
 import shutil
 import string
-import tempfile
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -52,7 +50,7 @@ from .pipeline_question_answering import (
     default_max_seq_len,
     rank_answers,
 )
-from .saving import save_atomically
+from .saving import open_text, save_atomically, write_file_atomically
 
 
 logger = logging.getLogger(__name__)
@@ -81,10 +79,6 @@ LEARNING_RATE_GRID = (1e-5, 2e-5, 3e-5, 5e-5)
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def _open_text(path: str | os.PathLike):
-    return gzip.open(path, "rt", encoding="utf-8") if str(path).endswith(".gz") else open(path, encoding="utf-8")
-
-
 def _answers(texts: list[str], starts: list[int]) -> dict:
     return {"text": list(texts), "answer_start": [int(start) for start in starts]}
 
@@ -92,7 +86,7 @@ def _answers(texts: list[str], starts: list[int]) -> dict:
 def read_squad_json(path: str | os.PathLike) -> datasets.Dataset:
     """Rows of a SQuAD-format file (`{"version", "data": [{"title", "paragraphs": [{"context", "qas"}]}]}`, v1.1 or
     v2.0; unanswerable v2.0 questions get empty answers)."""
-    with _open_text(path) as handle:
+    with open_text(path) as handle:
         data = json.load(handle)
     if not isinstance(data, dict) or not isinstance(data.get("data"), list):
         raise ValueError(
@@ -152,7 +146,7 @@ def mrqa_row(context: str, qid: str, question: str, detected_answers, title: str
 def read_mrqa_jsonl(path: str | os.PathLike) -> datasets.Dataset:
     """Rows of an MRQA 2019 file (`.jsonl` or `.jsonl.gz`: a header line, then one context with its `qas` per line)."""
     rows = []
-    with _open_text(path) as handle:
+    with open_text(path) as handle:
         for line_number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
@@ -297,7 +291,7 @@ def split_squad_articles(source: str | os.PathLike, output_dir: str | os.PathLik
     """Writes the first and the second half of the articles of a SQuAD-format file (article order, unchanged records)
     as two SQuAD files, `<name>.first-half.json` and `<name>.second-half.json`: disjoint articles, e.g. to fine-tune
     on one half of SQuAD dev and evaluate on the other when no train split is at hand."""
-    with _open_text(source) as handle:
+    with open_text(source) as handle:
         data = json.load(handle)
     articles = data.get("data") if isinstance(data, dict) else None
     if not isinstance(articles, list) or len(articles) < 2:
@@ -313,23 +307,9 @@ def split_squad_articles(source: str | os.PathLike, output_dir: str | os.PathLik
 
 
 def write_json_atomically(path: str | os.PathLike, obj, indent: int | None = 2) -> Path:
-    """Writes JSON to a temporary file beside `path` and renames it into place (never a half-written file)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle = tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=path.parent, prefix=f".{path.name}.", delete=False)
-    try:
-        with handle:
-            json.dump(obj, handle, indent=indent, ensure_ascii=False)
-            handle.flush()
-            os.fsync(handle.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(handle.name, 0o666 & ~umask)  # temporary files are private (0600); results are not
-        os.replace(handle.name, path)
-    except BaseException:
-        Path(handle.name).unlink(missing_ok=True)
-        raise
-    return path
+    """Writes JSON through a temporary file beside `path` (never a half-written file)."""
+    write_file_atomically(path, json.dumps(obj, indent=indent, ensure_ascii=False))
+    return Path(path)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

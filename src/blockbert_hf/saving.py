@@ -1,5 +1,6 @@
-"""Atomic writes: a folder appears complete under its final name or not at all."""
+"""Files: atomic writes (a folder or file appears complete under its final name or not at all) and reading text."""
 
+import gzip
 import os
 import shutil
 import tempfile
@@ -38,3 +39,31 @@ def save_atomically(path: str | os.PathLike, *savers: Callable[[Path], object]) 
         for saver in savers:
             saver(staging)
     return Path(path)
+
+
+def write_file_atomically(path, content: str | bytes | Callable) -> None:
+    """Writes `content` (text, bytes, or a function that writes to the path it is given, e.g. a figure's `savefig`)
+    to a temporary file beside `path`, then renames it: `path` is either the old file or the complete new one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
+    os.close(handle)
+    try:
+        if callable(content):
+            content(temporary)
+        elif isinstance(content, bytes):
+            Path(temporary).write_bytes(content)
+        else:
+            Path(temporary).write_text(content)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)  # mkstemp creates the file private; give it the usual permissions
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def open_text(path: str | os.PathLike):
+    """Opens a UTF-8 text file for reading, gunzipping `.gz` files."""
+    return gzip.open(path, "rt", encoding="utf-8") if str(path).endswith(".gz") else open(path, encoding="utf-8")

@@ -1,6 +1,5 @@
 """Tokenizer helpers: a RoBERTa-style byte-level BPE tokenizer trained on a corpus, and `model_max_length = N`."""
 
-import gzip
 import tempfile
 from collections.abc import Iterable
 
@@ -8,6 +7,7 @@ from tokenizers import ByteLevelBPETokenizer
 from transformers import PreTrainedTokenizerBase, RobertaTokenizer
 
 from .configuration_blockbert import BlockBertConfig
+from .saving import open_text
 
 
 ROBERTA_SPECIAL_TOKENS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]  # ids 0..4: bos, pad, eos, unk, mask
@@ -48,6 +48,5 @@ def match_tokenizer_to_config(tokenizer: PreTrainedTokenizerBase, config: BlockB
 
 def read_text_lines(path: str) -> list[str]:
     """Non-empty lines of a `.txt` or `.txt.gz` file."""
-    opener = gzip.open if str(path).endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as handle:
+    with open_text(path) as handle:
         return [line.strip() for line in handle if line.strip()]
