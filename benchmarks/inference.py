@@ -17,8 +17,6 @@ RobertaModel (eager, sdpa), LongformerModel (window --longformer_window) and Big
 """
 
 import argparse
-import gc
-import json
 import sys
 from pathlib import Path
 
@@ -30,19 +28,15 @@ from blockbert_hf.benchmarking import (
     ModelSize,
     add_run_arguments,
     build_benchmark_model,
-    comparison_plot,
-    comparison_table,
     measure_forward,
-    memory_pass,
+    measure_section,
     parse_candidates,
     parse_grid,
     prepare_run,
     random_token_ids,
     results_header,
     share_parameters,
-    targets_table,
-    timing_pass,
-    write_file_atomically,
+    write_report,
 )
 
 
@@ -113,28 +107,13 @@ def main(argv=None):
         size = ModelSize(num_layers=args.layers, longformer_window=args.longformer_window)
     sections = []
     for batch_size, seq_len in tqdm(args.grid, desc="grid", unit="point"):
-        name = f"{batch_size}x{seq_len}"
-        tqdm.write(f"== {name}: memory")
-        rows = memory_pass(args.candidates, measure_forward,
-                           dict(batch_size=batch_size, seq_len=seq_len, size=size, device=args.device),
-                           args, args.too_slow_s)
-        runnable = [] if args.skip_timing else [c for c in args.candidates if rows[c.key]["status"] == "ok"]
-        if not args.skip_timing:
-            tqdm.write(f"== {name}: timing {len(runnable)} models interleaved, {args.repeats} rounds")
-        if runnable:
-            runners = None
-            try:
-                runners = build_runners(runnable, batch_size, seq_len, size, args.device)
-                with torch.inference_mode():
-                    for key, timing in timing_pass(runners, args.repeats, args.warmup, args.device).items():
-                        rows[key].update(timing)
-            except (RuntimeError, MemoryError) as error:  # one process holds all models: say so, keep the memory pass
-                for candidate in runnable:
-                    rows[candidate.key]["detail"] = f"timing failed: {type(error).__name__}: {error}"[:300]
-                    rows[candidate.key]["status"] = "timing failed"
-            finally:
-                runners = None
-                gc.collect()
+        name = f"batch {batch_size} x length {seq_len}"
+        rows = measure_section(
+            args.candidates, measure_forward,
+            dict(batch_size=batch_size, seq_len=seq_len, size=size, device=args.device),
+            lambda runnable: build_runners(runnable, batch_size, seq_len, size, args.device),
+            args, name, timing_context=torch.inference_mode,
+        )
         sections.append(dict(name=name, batch_size=batch_size, seq_len=seq_len, rows=rows))
 
     notes = [
@@ -149,29 +128,11 @@ def main(argv=None):
         f"{size.bigbird_block_size}, {size.bigbird_random_blocks} random blocks (it switches to full attention for "
         f"inputs of at most {(5 + 2 * size.bigbird_random_blocks) * size.bigbird_block_size} tokens).",
     ]
-    text = results_header(
+    header = results_header(
         "Inference: forward time and peak memory (paper Table 6)", "benchmarks/inference.py", argv, notes
     )
-    if not args.quick and args.layers == 12:  # the targets are stated for BERT-base
-        text += "## Issue targets (BlockBERT with the sdpa kernel)\n\n" + targets_table(TARGETS, sections) + "\n"
-    for section in sections:
-        text += f"## batch {section['batch_size']} x length {section['seq_len']}\n\n"
-        text += comparison_table(args.candidates, section["rows"], "peak_bytes", "peak memory above weights (GiB)")
-        text += "\n"
-    write_file_atomically(output_dir / "inference.json", json.dumps(
-        {"args": {k: v for k, v in vars(args).items() if k != "candidates"}, "sections": sections}, indent=2,
-        default=str))
-    write_file_atomically(output_dir / "inference.md", text)
-    comparison_plot(
-        sections, args.candidates, "peak_bytes", "Forward time and peak memory", output_dir / "inference.png"
-    )
-    print(text)
-    print(f"wrote {output_dir}/inference.{{json,md,png}}")
-    failed = [key for s in sections for key, row in s["rows"].items() if row["status"] in ("error", "timing failed")]
-    if failed:
-        print(f"measurements failed: {failed} (see the .md file)", file=sys.stderr)
-        return 1
-    return 0
+    return write_report(output_dir, "inference", header, TARGETS, sections, args,
+                        "peak memory above weights (GiB)", "Forward time and peak memory")
 
 
 if __name__ == "__main__":

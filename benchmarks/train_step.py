@@ -19,8 +19,6 @@ stores the attention probabilities like eager attention does. Writes train_step.
 """
 
 import argparse
-import gc
-import json
 import sys
 from pathlib import Path
 
@@ -31,21 +29,17 @@ from blockbert_hf.benchmarking import (
     ModelSize,
     add_run_arguments,
     build_benchmark_model,
-    comparison_plot,
-    comparison_table,
     make_training_step,
     masked_lm_labels,
     measure_training_step,
-    memory_pass,
+    measure_section,
     parse_candidates,
     parse_grid,
     prepare_run,
     random_token_ids,
     results_header,
     share_parameters,
-    targets_table,
-    timing_pass,
-    write_file_atomically,
+    write_report,
 )
 
 
@@ -132,27 +126,13 @@ def main(argv=None):
     jobs = [(p, b, n) for p in args.attention_dropouts for b, n in args.grid]
     for attention_dropout, batch_size, seq_len in tqdm(jobs, desc="grid", unit="point"):
         name = f"{batch_size}x{seq_len}, attention dropout {attention_dropout:g}"
-        tqdm.write(f"== {name}: memory")
-        rows = memory_pass(args.candidates, measure_training_step,
-                           dict(batch_size=batch_size, seq_len=seq_len, size=size,
-                                attention_dropout=attention_dropout, device=args.device),
-                           args, args.too_slow_s)
-        runnable = [] if args.skip_timing else [c for c in args.candidates if rows[c.key]["status"] == "ok"]
-        if not args.skip_timing:
-            tqdm.write(f"== {name}: timing {len(runnable)} models interleaved, {args.repeats} rounds")
-        if runnable:
-            runners = None
-            try:
-                runners = build_runners(runnable, batch_size, seq_len, size, attention_dropout, args.device)
-                for key, timing in timing_pass(runners, args.repeats, args.warmup, args.device).items():
-                    rows[key].update(timing)
-            except (RuntimeError, MemoryError) as error:  # one process holds all models: say so, keep the memory pass
-                for candidate in runnable:
-                    rows[candidate.key]["detail"] = f"timing failed: {type(error).__name__}: {error}"[:300]
-                    rows[candidate.key]["status"] = "timing failed"
-            finally:
-                runners = None
-                gc.collect()
+        rows = measure_section(
+            args.candidates, measure_training_step,
+            dict(batch_size=batch_size, seq_len=seq_len, size=size, attention_dropout=attention_dropout,
+                 device=args.device),
+            lambda runnable: build_runners(runnable, batch_size, seq_len, size, attention_dropout, args.device),
+            args, name,
+        )
         sections.append(dict(name=name, batch_size=batch_size, seq_len=seq_len,
                              attention_dropout=attention_dropout, rows=rows))
 
@@ -172,28 +152,11 @@ def main(argv=None):
         f"{size.bigbird_block_size}, {size.bigbird_random_blocks} random blocks (full attention for inputs of at most "
         f"{(5 + 2 * size.bigbird_random_blocks) * size.bigbird_block_size} tokens).",
     ]
-    text = results_header(
+    header = results_header(
         "Training step: time and peak memory (paper Table 3)", "benchmarks/train_step.py", argv, notes
     )
-    if not args.quick and args.layers == 12:  # the targets are stated for BERT-base
-        text += "## Issue targets (BlockBERT with the sdpa kernel)\n\n" + targets_table(TARGETS, sections) + "\n"
-    for section in sections:
-        text += f"## {section['name']}\n\n"
-        text += comparison_table(args.candidates, section["rows"], "peak_bytes", "peak memory (GiB)")
-        text += "\n"
-    write_file_atomically(output_dir / "train_step.json", json.dumps(
-        {"args": {k: v for k, v in vars(args).items() if k != "candidates"}, "sections": sections}, indent=2,
-        default=str))
-    write_file_atomically(output_dir / "train_step.md", text)
-    comparison_plot(sections, args.candidates, "peak_bytes", "Training step time and peak memory",
-                    output_dir / "train_step.png")
-    print(text)
-    print(f"wrote {output_dir}/train_step.{{json,md,png}}")
-    failed = [key for s in sections for key, row in s["rows"].items() if row["status"] in ("error", "timing failed")]
-    if failed:
-        print(f"measurements failed: {failed} (see the .md file)", file=sys.stderr)
-        return 1
-    return 0
+    return write_report(output_dir, "train_step", header, TARGETS, sections, args,
+                        "peak memory (GiB)", "Training step time and peak memory")
 
 
 if __name__ == "__main__":

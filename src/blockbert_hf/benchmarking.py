@@ -1,11 +1,15 @@
 """Timing helpers for the benchmarks: candidates timed interleaved in one process, medians, same-run ratios."""
 
+import contextlib
 import datetime
+import gc
+import json
 import multiprocessing
 import os
 import platform
 import resource
 import shlex
+import sys
 import statistics
 import tempfile
 import time
@@ -17,6 +21,7 @@ from pathlib import Path
 
 import torch
 import transformers
+from tqdm.auto import tqdm
 
 from .configuration_blockbert import BlockBertConfig
 from .saving import write_file_atomically  # noqa: F401  (the benchmark scripts write through it)
@@ -707,8 +712,6 @@ def pick_anchors(keys: list[str]) -> list[str]:
 def memory_pass(candidates: list[Candidate], function: Callable[..., dict], kwargs: dict, args, too_slow_s: float):
     """One `run_measurement(function, candidate_key=..., **kwargs)` per candidate; a candidate whose measured call took
     longer than `too_slow_s` is marked "too slow" (its memory figure is kept) and will not be timed."""
-    from tqdm.auto import tqdm
-
     rows = {}
     description = "memory" if args.in_process else "memory (one process each)"
     for candidate in tqdm(candidates, desc=description, leave=False):
@@ -811,3 +814,71 @@ def comparison_plot(sections: list[dict], candidates: list[Candidate], memory_fi
     figure.tight_layout()
     write_file_atomically(path, lambda temporary: figure.savefig(temporary, format="png", dpi=120))
     plt.close(figure)
+
+
+def measure_section(
+    candidates: list[Candidate],
+    memory_function: Callable[..., dict],
+    memory_kwargs: dict,
+    build_runners: Callable[[list[Candidate]], dict[str, Callable]],
+    args,
+    name: str,
+    timing_context: Callable = contextlib.nullcontext,
+) -> dict:
+    """One grid point: the memory pass (a process per model), then every model that fit timed interleaved in this
+    process (`build_runners` makes their callables). Returns {candidate key: row}."""
+    tqdm.write(f"== {name}: memory")
+    rows = memory_pass(candidates, memory_function, memory_kwargs, args, args.too_slow_s)
+    if args.skip_timing:
+        return rows
+    runnable = [c for c in candidates if rows[c.key]["status"] == "ok"]
+    tqdm.write(f"== {name}: timing {len(runnable)} models interleaved, {args.repeats} rounds")
+    if not runnable:
+        return rows
+    runners = None
+    try:
+        runners = build_runners(runnable)
+        with timing_context():
+            for key, timing in timing_pass(runners, args.repeats, args.warmup, args.device).items():
+                rows[key].update(timing)
+    except (RuntimeError, MemoryError) as error:  # one process holds all models: say so, keep the memory pass
+        for candidate in runnable:
+            rows[candidate.key]["detail"] = f"timing failed: {type(error).__name__}: {error}"[:300]
+            rows[candidate.key]["status"] = "timing failed"
+    finally:
+        runners = None
+        gc.collect()
+    return rows
+
+
+def write_report(
+    output_dir: Path,
+    stem: str,
+    header: str,
+    targets: list[dict],
+    sections: list[dict],
+    args,
+    memory_title: str,
+    plot_title: str,
+) -> int:
+    """Writes `{stem}.json`, `{stem}.md` (the targets table first, for BERT-base runs) and `{stem}.png`; prints the
+    markdown; returns 1 when a measurement failed, else 0."""
+    text = header
+    if not args.quick and args.layers == 12:  # the targets are stated for BERT-base
+        text += "## Issue targets (BlockBERT with the sdpa kernel)\n\n" + targets_table(targets, sections) + "\n"
+    for section in sections:
+        text += f"## {section['name']}\n\n"
+        text += comparison_table(args.candidates, section["rows"], "peak_bytes", memory_title)
+        text += "\n"
+    write_file_atomically(output_dir / f"{stem}.json", json.dumps(
+        {"args": {k: v for k, v in vars(args).items() if k != "candidates"}, "sections": sections}, indent=2,
+        default=str))
+    write_file_atomically(output_dir / f"{stem}.md", text)
+    comparison_plot(sections, args.candidates, "peak_bytes", plot_title, output_dir / f"{stem}.png")
+    print(text)
+    print(f"wrote {output_dir}/{stem}.{{json,md,png}}")
+    failed = [key for s in sections for key, row in s["rows"].items() if row["status"] in ("error", "timing failed")]
+    if failed:
+        print(f"measurements failed: {failed} (see the .md file)", file=sys.stderr)
+        return 1
+    return 0
