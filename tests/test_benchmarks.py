@@ -132,6 +132,31 @@ def test_share_parameters_refuses_models_of_other_shapes():
         share_parameters(donor, longer)
 
 
+def test_masked_only_mlm_logits_candidate_gives_roberta_s_loss_with_shared_weights():
+    size = ModelSize.tiny()
+    roberta = build_benchmark_model(CANDIDATES["roberta-sdpa"], 64, size, masked_lm=True, hidden_dropout=0.0).eval()
+    sparse = build_benchmark_model(
+        CANDIDATES["blockbert-full-sdpa-sparse"], 64, size, masked_lm=True, hidden_dropout=0.0
+    ).eval()
+    assert sparse.config.sparse_prediction
+    share_parameters(roberta, sparse)
+    input_ids = torch.randint(5, size.vocab_size, (2, 64))
+    labels = torch.full_like(input_ids, -100)
+    labels[:, ::7] = input_ids[:, ::7]
+    with torch.no_grad():
+        outputs = sparse(input_ids=input_ids, labels=labels)
+        expected = roberta(input_ids=input_ids, labels=labels).loss
+    assert outputs.logits.shape == (int((labels != -100).sum()), size.vocab_size)
+    torch.testing.assert_close(outputs.loss, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_masked_only_mlm_logits_is_a_blockbert_option():
+    from blockbert_hf.benchmarking import Candidate
+
+    with pytest.raises(ValueError, match="BlockBERT option"):
+        build_benchmark_model(Candidate("roberta", "sdpa", sparse_prediction=True), 64, ModelSize.tiny())
+
+
 @pytest.mark.parametrize("key", ["longformer", "bigbird"])
 def test_other_families_have_only_eager_attention(key):
     from blockbert_hf.benchmarking import Candidate
@@ -254,6 +279,8 @@ def test_write_file_atomically_replaces_or_leaves_the_old_file(tmp_path):
         ("inference", ["--longformer_window", "511"], "even"),
         ("train_step", ["--attention_dropouts", "1.5"], r"\[0, 1\)"),
         ("train_step", ["--repeats", "0"], "at least 1"),
+        ("profile_train_step", ["--shape", "4x1024,8x512"], "one BATCHxLENGTH"),
+        ("profile_train_step", ["--models", "gpt2"], "choose among"),
     ],
 )
 def test_scripts_reject_bad_arguments_with_a_reason(script, arguments, message, capsys):
@@ -300,3 +327,18 @@ def test_train_step_quick_mode(tmp_path):
             assert row["peak_bytes"] > row["model_bytes"] + row["optimizer_bytes"]
             assert row["median_s"] > 0
     assert "attention dropout 0.1" in markdown and "| Longformer (eager) |" in markdown
+
+
+def test_profile_train_step_quick_mode(tmp_path):
+    assert load_script("profile_train_step").main(["--quick", "--output_dir", str(tmp_path)]) == 0
+    results = json.loads((tmp_path / "profile_train_step.json").read_text())["results"]
+    assert list(results) == load_script("profile_train_step").DEFAULT_MODELS.split(",")
+    for key, result in results.items():
+        assert result["status"] == "ok", (key, result)
+        # The groups partition the ops: together they are the whole profiled time.
+        assert sum(result["groups"].values()) == pytest.approx(result["profiled_s"])
+        assert result["groups"]["dense layers and MLM head (mm, addmm)"] > 0
+        assert "aten::_log_softmax" in result["ops"]
+    markdown = (tmp_path / "profile_train_step.md").read_text()
+    assert "| attention softmax and its gradient |" in markdown
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "a temporary file was left behind"

@@ -196,17 +196,21 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
 class Candidate:
     """One model of the comparison. `family`: "blockbert" (this package; `num_blocks=1` is its full-attention pattern,
     the paper's RoBERTa-1seq), "roberta" (transformers' RobertaModel), "longformer", "bigbird" (transformers' classes,
-    whose attention has only an eager implementation)."""
+    whose attention has only an eager implementation). `sparse_prediction` (BlockBERT only) runs the MLM head on the
+    labelled positions alone, as fairseq (the paper's code base) does; its full-attention form is the fair anchor for
+    its blockwise forms, since the same head saving would apply to RoBERTa."""
 
     family: str
     attn_implementation: str = "eager"
     num_blocks: int = 1
+    sparse_prediction: bool = False
 
     @property
     def key(self) -> str:
         if self.family == "blockbert":
             blocks = "full" if self.num_blocks == 1 else f"n{self.num_blocks}"
-            return f"blockbert-{blocks}-{self.attn_implementation}"
+            sparse = "-sparse" if self.sparse_prediction else ""
+            return f"blockbert-{blocks}-{self.attn_implementation}{sparse}"
         if self.family == "roberta":
             return f"roberta-{self.attn_implementation}"
         return self.family
@@ -215,7 +219,8 @@ class Candidate:
     def label(self) -> str:
         if self.family == "blockbert":
             blocks = "full" if self.num_blocks == 1 else f"n={self.num_blocks}"
-            return f"BlockBERT {blocks} ({self.attn_implementation})"
+            sparse = ", masked-only MLM logits" if self.sparse_prediction else ""
+            return f"BlockBERT {blocks} ({self.attn_implementation}{sparse})"
         return {"roberta": "RoBERTa", "longformer": "Longformer", "bigbird": "BigBird"}[self.family] + (
             f" ({self.attn_implementation})"
         )
@@ -227,6 +232,7 @@ CANDIDATES = {
         *(Candidate("blockbert", kernel, n) for n in (2, 3, 4) for kernel in ("eager", "sdpa")),
         Candidate("blockbert", "eager", 1),
         Candidate("blockbert", "sdpa", 1),
+        *(Candidate("blockbert", "sdpa", n, sparse_prediction=True) for n in (1, 2, 3)),
         Candidate("roberta", "eager"),
         Candidate("roberta", "sdpa"),
         Candidate("longformer"),
@@ -293,6 +299,8 @@ def build_benchmark_model(
 ) -> torch.nn.Module:
     """A randomly initialised `*Model` (or `*ForMaskedLM` when `masked_lm`) of `candidate` for inputs of up to
     `seq_len` tokens, every family at the same dimensions."""
+    if candidate.sparse_prediction and candidate.family != "blockbert":
+        raise ValueError("sparse_prediction is a BlockBERT option; transformers' other models have no such switch.")
     if candidate.family in ("longformer", "bigbird") and candidate.attn_implementation != "eager":
         raise ValueError(f"{candidate.family} has only an eager attention implementation in transformers.")
     common = dict(
@@ -312,7 +320,10 @@ def build_benchmark_model(
         from .modeling_blockbert import BlockBertForMaskedLM, BlockBertModel
 
         pattern = "full" if candidate.num_blocks == 1 else "blockwise"
-        config = bert_base_config(seq_len, **common, attention_pattern=pattern, num_blocks=candidate.num_blocks)
+        config = bert_base_config(
+            seq_len, **common, attention_pattern=pattern, num_blocks=candidate.num_blocks,
+            sparse_prediction=candidate.sparse_prediction,
+        )
         model = BlockBertForMaskedLM(config) if masked_lm else BlockBertModel(config, add_pooling_layer=False)
     elif candidate.family == "roberta":
         from transformers import RobertaConfig, RobertaForMaskedLM, RobertaModel
@@ -448,6 +459,52 @@ def measure_training_step(
         rss_growth_bytes=memory.rss_growth_bytes, memory_method=memory.method, profiled_s=profiled_s,
         attention_used=attention_actually_used(model),
     )
+
+
+# Which aten ops do which part of a training step's work (on CPU; self time, so nested ops are not counted twice).
+STEP_PROFILE_GROUPS = {
+    "dense layers and MLM head (mm, addmm)": ("aten::mm", "aten::addmm"),
+    "attention products (bmm, baddbmm, fused SDPA)": (
+        "aten::bmm", "aten::baddbmm", "aten::_scaled_dot_product_flash_attention_for_cpu",
+        "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+    ),
+    "attention softmax and its gradient": ("aten::_softmax", "aten::_softmax_backward_data"),
+    "MLM loss (log-softmax over the vocabulary)": ("aten::_log_softmax", "aten::_log_softmax_backward_data"),
+}
+OTHER_OPS_GROUP = "everything else (dropout, GELU, layer norm, elementwise, copies, AdamW)"
+
+
+def profile_training_step(
+    candidate_key: str,
+    batch_size: int,
+    seq_len: int,
+    size: ModelSize = ModelSize(),
+    attention_dropout: float = 0.1,
+    device: str = "cpu",
+) -> dict:
+    """Where the time of one AdamW step of a `*ForMaskedLM` goes: torch.profiler's self time per aten op (seconds),
+    summed into `STEP_PROFILE_GROUPS`, after a warm-up step. One profiled step: read the shares, not the totals."""
+    candidate = CANDIDATES[candidate_key]
+    model = build_benchmark_model(candidate, seq_len, size, masked_lm=True, attention_dropout=attention_dropout)
+    model = model.to(device).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    input_ids, labels = (x.to(device) for x in _seeded_inputs(batch_size, seq_len, size.vocab_size))
+    step = synchronized(make_training_step(model, optimizer, input_ids, labels), device)
+    step()
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if torch.device(device).type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as prof:
+        start = time.perf_counter()
+        step()
+        step_s = time.perf_counter() - start
+    time_field = "self_device_time_total" if torch.device(device).type == "cuda" else "self_cpu_time_total"
+    ops = {event.key: getattr(event, time_field) / 1e6 for event in prof.key_averages()}
+    ops = {name: seconds for name, seconds in ops.items() if seconds > 0}
+    groups = {group: sum(ops.get(name, 0.0) for name in names) for group, names in STEP_PROFILE_GROUPS.items()}
+    grouped_names = {name for names in STEP_PROFILE_GROUPS.values() for name in names}
+    groups[OTHER_OPS_GROUP] = sum(seconds for name, seconds in ops.items() if name not in grouped_names)
+    return dict(step_s=step_s, profiled_s=sum(ops.values()), groups=groups, ops=ops)
 
 
 def _is_out_of_memory(error: BaseException) -> bool:
