@@ -21,6 +21,7 @@ from blockbert_hf.pretraining import (
     PretrainingArguments,
     batch_geometry,
     comparison_table,
+    evaluate_saved_model,
     list_checkpoints,
     pack_documents,
     read_documents,
@@ -179,6 +180,34 @@ def test_interrupted_run_resumes_exactly(tmp_path):
     results = json.loads((tmp_path / "resumed" / "results.json").read_text())
     assert results["eval_perplexity"] == pytest.approx(reference["eval_perplexity"], rel=1e-6)
     assert "| tiny |" in comparison_table([("tiny", results)])
+
+
+def test_runs_with_other_seeds_are_validated_on_the_same_masked_tokens(tmp_path):
+    """The seed changes initialisation, data order and training masks, never the validation set or its masks, so two
+    seeds of one setup (the noise level of a comparison) are scored on the same tokens."""
+    results = [
+        run_pretraining(_tiny_args(tmp_path / f"seed{seed}", seed=seed, max_train_steps=1, checkpointing_steps=0))
+        for seed in (0, 1)
+    ]
+    assert results[0]["eval_masked_tokens"] == results[1]["eval_masked_tokens"] > 0
+    assert results[0]["eval_perplexity"] != results[1]["eval_perplexity"]  # but the models differ
+
+
+def test_a_saved_model_is_scored_as_the_run_scored_it(tmp_path):
+    args = _tiny_args(tmp_path / "run", max_train_steps=2, checkpointing_steps=0, validation_split_percentage=0,
+                      validation_files=[str(SAMPLE_TEXT)])
+    results = run_pretraining(args)
+    completed = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "examples" / "evaluate_mlm.py"), str(tmp_path / "run" / "final_model"),
+         "--validation_files", str(SAMPLE_TEXT), "--document_boundary", "heading", "--max_eval_sequences", "24"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    scored = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert scored["eval_masked_tokens"] == results["eval_masked_tokens"]
+    assert scored["eval_perplexity"] == pytest.approx(results["eval_perplexity"], rel=1e-5)
+    with pytest.raises(ValueError, match="at least one validation file"):
+        evaluate_saved_model(str(tmp_path / "run" / "final_model"), [])
 
 
 def test_continues_from_a_converted_checkpoint_with_other_blocks(tmp_path, tokenizer):

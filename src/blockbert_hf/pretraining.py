@@ -273,6 +273,11 @@ def tokenize_and_pack(documents: Sequence[str], tokenizer: PreTrainedTokenizerBa
     return packed.map(lambda batch, indices: {"sequence_id": indices}, batched=True, with_indices=True)
 
 
+# Which documents are held out (--validation_split_percentage) and which validation tokens are masked do not depend
+# on --seed: runs that differ only in their seed are scored on the very same masked tokens.
+VALIDATION_SEED = 0
+
+
 def masking_seed(seed: int, epoch: int | str, sequence_id: int) -> int:
     """A 63-bit seed that depends only on (seed, epoch, sequence id)."""
     digest = hashlib.blake2b(f"{seed}/{epoch}/{sequence_id}".encode(), digest_size=8).digest()
@@ -568,7 +573,7 @@ def load_training_data(args: PretrainingArguments):
     if not train:
         raise ValueError("The training files hold no text.")
     if validation is None and args.validation_split_percentage:
-        generator = torch.Generator().manual_seed(args.seed)
+        generator = torch.Generator().manual_seed(VALIDATION_SEED)
         order = torch.randperm(len(train), generator=generator).tolist()
         held_out = max(1, int(len(train) * args.validation_split_percentage / 100))
         if held_out >= len(train):
@@ -649,7 +654,7 @@ def run_pretraining(args: PretrainingArguments) -> dict:
     tracker_config = {k: v for k, v in asdict(args).items() if isinstance(v, (int, float, str, bool))}
     accelerator.init_trackers("blockbert_mlm", config=tracker_config)
 
-    eval_collator = MaskingCollator(tokenizer, args.seed, "eval", args.mlm_probability)
+    eval_collator = MaskingCollator(tokenizer, VALIDATION_SEED, "eval", args.mlm_probability)
     unwrapped = accelerator.unwrap_model(model)
     progress = tqdm(total=total_steps, initial=state["step"], disable=not accelerator.is_local_main_process,
                     desc="pre-training", unit="step")
@@ -752,6 +757,35 @@ def run_pretraining(args: PretrainingArguments) -> dict:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
+def evaluate_saved_model(
+    model_path: str,
+    validation_files: Sequence[str],
+    document_boundary: str = "file",
+    document_heading_regex: str = WIKITEXT_HEADING,
+    text_column: str = "text",
+    max_eval_sequences: int | None = None,
+    batch_size: int = 16,
+    mlm_probability: float = 0.15,
+) -> dict[str, float]:
+    """Validation loss and perplexity of a saved masked LM (e.g. a run's `final_model/`) on local text files, packed
+    and masked exactly as `run_pretraining` validates (N = the model's; masks seeded by `VALIDATION_SEED`)."""
+    from accelerate import Accelerator
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    if not validation_files:
+        raise ValueError("Give at least one validation file (.txt, .txt.gz or .jsonl).")
+    model = AutoModelForMaskedLM.from_pretrained(model_path)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    seq_len = getattr(model.config, "max_sequence_length", None) or tokenizer.model_max_length
+    documents = read_documents(validation_files, document_boundary, document_heading_regex, text_column)
+    data = tokenize_and_pack(documents, tokenizer, seq_len)
+    if max_eval_sequences:
+        data = data.select(range(min(max_eval_sequences, len(data))))
+    collator = MaskingCollator(tokenizer, VALIDATION_SEED, "eval", mlm_probability)
+    accelerator = Accelerator()
+    return {**evaluate(accelerator.prepare(model), data, collator, accelerator, batch_size), "eval_sequences": len(data)}
+
+
 def comparison_table(runs: Sequence[tuple[str, dict]]) -> str:
     """A markdown table of `(label, results.json)` pairs: pattern, blocks, heads, steps, tokens, perplexity, speed."""
     header = ("| run | attention | n | heads per shift | seed | steps | train tokens (B x N) | val. loss | "
@@ -777,6 +811,7 @@ __all__ = [
     "build_model",
     "comparison_table",
     "evaluate",
+    "evaluate_saved_model",
     "list_checkpoints",
     "load_training_data",
     "pack_documents",
