@@ -238,6 +238,8 @@ def test_targets_table_says_met_missed_or_not_measured():
     section = {"batch_size": 4, "seq_len": 1024, "rows": {
         "blockbert-n2-sdpa": {"peak_bytes": 70, "ratios": {"roberta-sdpa": {"median_paired_ratio": 0.9}}},
         "roberta-eager": {"peak_bytes": 100}, "roberta-sdpa": {"peak_bytes": 60},
+        "blockbert-n2-sdpa-sparse": {"times_s": [6.0, 7.0, 9.0]},
+        "blockbert-full-sdpa-sparse": {"times_s": [10.0, 10.0, 10.0]},
     }}
     targets = [
         dict(what="memory", section=dict(seq_len=1024), model="blockbert-n2-sdpa", anchor="roberta-eager",
@@ -246,11 +248,14 @@ def test_targets_table_says_met_missed_or_not_measured():
              at_most=0.85, kind="time"),
         dict(what="elsewhere", section=dict(seq_len=4096), model="blockbert-n2-sdpa", anchor="roberta-sdpa",
              at_most=0.8, kind="time"),
+        dict(what="other anchor", section=dict(seq_len=1024), model="blockbert-n2-sdpa-sparse",
+             anchor="blockbert-full-sdpa-sparse", at_most=0.85, kind="time"),
     ]
     lines = targets_table(targets, [section]).splitlines()[2:]
     assert lines[0].endswith("| 0.700 | yes |")
     assert lines[1].endswith("| 0.900 | NO |")
     assert lines[2].endswith("|  | not measured |")
+    assert lines[3].endswith("| 0.700 | yes |")  # median of the paired rounds 0.6, 0.7, 0.9
 
 
 def test_write_file_atomically_replaces_or_leaves_the_old_file(tmp_path):
