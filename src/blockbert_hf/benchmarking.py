@@ -428,6 +428,14 @@ def measure_forward(
     )
 
 
+def _masked_lm_with_adamw(candidate_key: str, seq_len: int, size: ModelSize, attention_dropout: float, device: str):
+    model = build_benchmark_model(
+        CANDIDATES[candidate_key], seq_len, size, masked_lm=True, attention_dropout=attention_dropout
+    )
+    model = model.to(device).train()
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-5)
+
+
 def measure_training_step(
     candidate_key: str,
     batch_size: int,
@@ -439,10 +447,7 @@ def measure_training_step(
     """The paper's memory decomposition (Appendix A.2) of one AdamW step of a `*ForMaskedLM`: model memory (weights),
     optimizer memory (Adam state, present after a warm-up step on one sequence of the same length), and
     activation memory = the step's peak above those two (activations, gradients, temporaries)."""
-    candidate = CANDIDATES[candidate_key]
-    model = build_benchmark_model(candidate, seq_len, size, masked_lm=True, attention_dropout=attention_dropout)
-    model = model.to(device).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    model, optimizer = _masked_lm_with_adamw(candidate_key, seq_len, size, attention_dropout, device)
     warmup_ids, warmup_labels = (x[:1].to(device) for x in _seeded_inputs(1, seq_len, size.vocab_size, seed=1))
     make_training_step(model, optimizer, warmup_ids, warmup_labels)()
     input_ids, labels = (x.to(device) for x in _seeded_inputs(batch_size, seq_len, size.vocab_size))
@@ -484,10 +489,7 @@ def profile_training_step(
 ) -> dict:
     """Where the time of one AdamW step of a `*ForMaskedLM` goes: torch.profiler's self time per aten op (seconds),
     summed into `STEP_PROFILE_GROUPS`, after a warm-up step. One profiled step: read the shares, not the totals."""
-    candidate = CANDIDATES[candidate_key]
-    model = build_benchmark_model(candidate, seq_len, size, masked_lm=True, attention_dropout=attention_dropout)
-    model = model.to(device).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    model, optimizer = _masked_lm_with_adamw(candidate_key, seq_len, size, attention_dropout, device)
     input_ids, labels = (x.to(device) for x in _seeded_inputs(batch_size, seq_len, size.vocab_size))
     step = synchronized(make_training_step(model, optimizer, input_ids, labels), device)
     step()
