@@ -284,8 +284,8 @@ def test_write_file_atomically_replaces_or_leaves_the_old_file(tmp_path):
         ("inference", ["--longformer_window", "511"], "even"),
         ("train_step", ["--attention_dropouts", "1.5"], r"\[0, 1\)"),
         ("train_step", ["--repeats", "0"], "at least 1"),
-        ("profile_train_step", ["--shape", "4x1024,8x512"], "one BATCHxLENGTH"),
-        ("profile_train_step", ["--models", "gpt2"], "choose among"),
+        ("profile_step", ["--shape", "4x1024,8x512"], "one BATCHxLENGTH"),
+        ("profile_step", ["--models", "gpt2"], "choose among"),
     ],
 )
 def test_scripts_reject_bad_arguments_with_a_reason(script, arguments, message, capsys):
@@ -334,16 +334,20 @@ def test_train_step_quick_mode(tmp_path):
     assert "attention dropout 0.1" in markdown and "| Longformer (eager) |" in markdown
 
 
-def test_profile_train_step_quick_mode(tmp_path):
-    assert load_script("profile_train_step").main(["--quick", "--output_dir", str(tmp_path)]) == 0
-    results = json.loads((tmp_path / "profile_train_step.json").read_text())["results"]
-    assert list(results) == load_script("profile_train_step").DEFAULT_MODELS.split(",")
+@pytest.mark.parametrize("forward", [False, True])
+def test_profile_step_quick_mode(tmp_path, forward):
+    script = load_script("profile_step")
+    assert script.main(["--quick", "--output_dir", str(tmp_path), *(["--forward"] if forward else [])]) == 0
+    stem = "profile_forward" if forward else "profile_train_step"
+    results = json.loads((tmp_path / f"{stem}.json").read_text())["results"]
+    assert list(results) == (script.DEFAULT_FORWARD_MODELS if forward else script.DEFAULT_MODELS).split(",")
     for key, result in results.items():
         assert result["status"] == "ok", (key, result)
         # The groups partition the ops: together they are the whole profiled time.
         assert sum(result["groups"].values()) == pytest.approx(result["profiled_s"])
         assert result["groups"]["dense layers and MLM head (mm, addmm)"] > 0
-        assert "aten::_log_softmax" in result["ops"]
-    markdown = (tmp_path / "profile_train_step.md").read_text()
+        # Only a training step computes the MLM loss.
+        assert ("aten::_log_softmax" in result["ops"]) is not forward
+    markdown = (tmp_path / f"{stem}.md").read_text()
     assert "| attention softmax and its gradient |" in markdown
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "a temporary file was left behind"

@@ -479,6 +479,24 @@ STEP_PROFILE_GROUPS = {
 OTHER_OPS_GROUP = "everything else (dropout, GELU, layer norm, elementwise, copies, AdamW)"
 
 
+def _profile_call(call: Callable, device: str) -> dict:
+    """Runs `call` once under torch.profiler: its wall time, the self time per aten op (seconds) and the op groups."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if torch.device(device).type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as prof:
+        start = time.perf_counter()
+        call()
+        step_s = time.perf_counter() - start
+    time_field = "self_device_time_total" if torch.device(device).type == "cuda" else "self_cpu_time_total"
+    ops = {event.key: getattr(event, time_field) / 1e6 for event in prof.key_averages()}
+    ops = {name: seconds for name, seconds in ops.items() if seconds > 0}
+    groups = {group: sum(ops.get(name, 0.0) for name in names) for group, names in STEP_PROFILE_GROUPS.items()}
+    grouped_names = {name for names in STEP_PROFILE_GROUPS.values() for name in names}
+    groups[OTHER_OPS_GROUP] = sum(seconds for name, seconds in ops.items() if name not in grouped_names)
+    return dict(step_s=step_s, profiled_s=sum(ops.values()), groups=groups, ops=ops)
+
+
 def profile_training_step(
     candidate_key: str,
     batch_size: int,
@@ -493,20 +511,23 @@ def profile_training_step(
     input_ids, labels = (x.to(device) for x in _seeded_inputs(batch_size, seq_len, size.vocab_size))
     step = synchronized(make_training_step(model, optimizer, input_ids, labels), device)
     step()
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    if torch.device(device).type == "cuda":
-        activities.append(torch.profiler.ProfilerActivity.CUDA)
-    with torch.profiler.profile(activities=activities) as prof:
-        start = time.perf_counter()
-        step()
-        step_s = time.perf_counter() - start
-    time_field = "self_device_time_total" if torch.device(device).type == "cuda" else "self_cpu_time_total"
-    ops = {event.key: getattr(event, time_field) / 1e6 for event in prof.key_averages()}
-    ops = {name: seconds for name, seconds in ops.items() if seconds > 0}
-    groups = {group: sum(ops.get(name, 0.0) for name in names) for group, names in STEP_PROFILE_GROUPS.items()}
-    grouped_names = {name for names in STEP_PROFILE_GROUPS.values() for name in names}
-    groups[OTHER_OPS_GROUP] = sum(seconds for name, seconds in ops.items() if name not in grouped_names)
-    return dict(step_s=step_s, profiled_s=sum(ops.values()), groups=groups, ops=ops)
+    return _profile_call(step, device)
+
+
+def profile_forward(
+    candidate_key: str, batch_size: int, seq_len: int, size: ModelSize = ModelSize(), device: str = "cpu"
+) -> dict:
+    """`profile_training_step` for one `*Model` forward in inference mode (after a warm-up forward)."""
+    model = build_benchmark_model(CANDIDATES[candidate_key], seq_len, size).to(device).eval()
+    input_ids = _seeded_inputs(batch_size, seq_len, size.vocab_size)[0].to(device)
+
+    def forward():
+        with torch.inference_mode():
+            model(input_ids=input_ids)
+
+    forward = synchronized(forward, device)
+    forward()
+    return _profile_call(forward, device)
 
 
 def _is_out_of_memory(error: BaseException) -> bool:
