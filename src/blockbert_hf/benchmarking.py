@@ -466,7 +466,7 @@ def measure_training_step(
     )
 
 
-# Which aten ops do which part of a training step's work (on CPU; self time, so nested ops are not counted twice).
+# Which aten ops do which part of a step's or a forward's work (self time, so nested ops are not counted twice).
 STEP_PROFILE_GROUPS = {
     "dense layers and MLM head (mm, addmm)": ("aten::mm", "aten::addmm"),
     "attention products (bmm, baddbmm, fused SDPA)": (

@@ -17,6 +17,7 @@ Pipeline:
 3. **Masking** with `DataCollatorForLanguageModeling` (15 %, 80/10/10), seeded per sequence (`MaskingCollator`): the
    mask of a sequence depends only on (seed, epoch, sequence id), not on the process count, the batch it lands in or
    a resume, so a 2-process run and a resumed run see the very same masks as a 1-process uninterrupted run.
+   Validation masks use `VALIDATION_SEED` instead of the run's seed, so runs with other seeds score the same tokens.
 4. **Batches** are fixed in tokens: `tokens_per_batch = B x N` (the paper's 131,072) gives `B` sequences per optimizer
    step, split over processes and gradient-accumulation micro-batches of `per_device_train_batch_size`. The loss of a
    step is the mean over *all* masked tokens of the global batch (summed cross-entropy divided by the global count),
