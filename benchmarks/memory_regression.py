@@ -47,6 +47,7 @@ DEFAULT_MODELS = ",".join(
     f"blockbert-{blocks}-{kernel}" for kernel in ("eager", "sdpa") for blocks in ("full", "n2", "n3")
 )
 REPORT_AT = (512, 1024)  # the paper's Table 2 columns
+FLAT_SLOPE_BYTES_PER_TOKEN = 1024.0  # below 1 KiB per token of N (~0.1% of a BERT-base N^2 slope): no O(N^2) term
 
 
 def parse_args(argv):
@@ -103,7 +104,10 @@ def fit_all(points, candidates):
         fit, reference_fit = fits[candidate.key], fits.get(reference, {})
         if "slope_bytes_per_token" in fit and "slope_bytes_per_token" in reference_fit:
             fit["reference"] = reference
-            fit["slope_ratio"] = fit["slope_bytes_per_token"] / reference_fit["slope_bytes_per_token"]
+            # A fused kernel without dropout (sdpa, flex) keeps no N x N tensor: then the reference has no O(N^2)
+            # term (a flat line, up to float rounding) and there is nothing to divide by.
+            if reference_fit["slope_bytes_per_token"] > FLAT_SLOPE_BYTES_PER_TOKEN:
+                fit["slope_ratio"] = fit["slope_bytes_per_token"] / reference_fit["slope_bytes_per_token"]
     return fits
 
 
@@ -140,7 +144,8 @@ def markdown(args, argv, size, points, fits, method):
             f"{fit['slope_bytes_per_token'] / 2**20:.3f}",
             gib(fit["intercept_bytes"]),
             *(gib(fit["slope_bytes_per_token"] * n) for n in REPORT_AT),
-            f"{fit['slope_ratio']:.3f} (vs {by_key[fit['reference']].label})" if "slope_ratio" in fit else "",
+            f"{fit['slope_ratio']:.3f} (vs {by_key[fit['reference']].label})" if "slope_ratio" in fit
+            else (f"n/a ({by_key[fit['reference']].label} has no O(N^2) term)" if "reference" in fit else ""),
             ideal,
             ", ".join(map(str, fit["points_used"])),
         ])

@@ -298,6 +298,18 @@ def test_scripts_reject_bad_arguments_with_a_reason(script, arguments, message, 
 # --- the scripts' quick modes (they check that the scripts run and write their outputs; no speed is asserted) -------
 
 
+def test_memory_regression_fit_without_a_quadratic_term_in_the_reference():
+    script = load_script("memory_regression")
+    candidates = parse_candidates("blockbert-full-sdpa,blockbert-n2-sdpa")
+    flat = [dict(model="blockbert-full-sdpa", seq_len=n, status="ok", activation_bytes=4 * GIB) for n in (256, 512)]
+    rising = [dict(model="blockbert-n2-sdpa", seq_len=n, status="ok", activation_bytes=4 * GIB + n * MIB)
+              for n in (256, 512)]
+    fits = script.fit_all(flat + rising, candidates)
+    assert fits["blockbert-n2-sdpa"]["reference"] == "blockbert-full-sdpa"
+    assert "slope_ratio" not in fits["blockbert-n2-sdpa"]
+    assert fits["blockbert-n2-sdpa"]["slope_bytes_per_token"] == pytest.approx(MIB)
+
+
 def test_memory_regression_quick_mode(tmp_path):
     results, markdown = run_quick("memory_regression", tmp_path)
     assert {p["status"] for p in results["points"]} == {"ok"}
