@@ -326,7 +326,8 @@ def test_memory_regression_quick_mode(tmp_path):
 def test_inference_quick_mode(tmp_path):
     results, markdown = run_quick("inference", tmp_path)
     (section,) = results["sections"]
-    assert set(section["rows"]) == set(CANDIDATES)
+    # Every model except the masked-only-MLM-logits variants, which differ from their base models only in training.
+    assert set(section["rows"]) == {key for key, candidate in CANDIDATES.items() if not candidate.sparse_prediction}
     for key, row in section["rows"].items():
         assert row["status"] == "ok", (key, row)
         assert len(row["times_s"]) == 2 and row["peak_bytes"] > 0
