@@ -25,17 +25,16 @@ from tqdm.auto import tqdm
 
 from blockbert_hf.benchmarking import (
     CANDIDATES,
-    ModelSize,
-    add_run_arguments,
-    build_benchmark_model,
+    add_comparison_arguments,
+    build_models_sharing_weights,
+    check_comparison_arguments,
+    comparison_size,
     measure_forward,
     measure_section,
-    parse_candidates,
-    parse_grid,
+    other_families_note,
     prepare_run,
     random_token_ids,
     results_header,
-    share_parameters,
     write_report,
 )
 
@@ -58,55 +57,26 @@ TARGETS = [
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--grid", default="8x1024,16x1024,2x4096", help="comma-separated BATCHxLENGTH")
     # sparse_prediction only changes the MLM head's training loss: nothing to compare in a forward pass.
-    forward_models = [key for key, candidate in CANDIDATES.items() if not candidate.sparse_prediction]
-    parser.add_argument("--models", default=",".join(forward_models), help="comma-separated model keys")
-    parser.add_argument("--layers", type=int, default=12)
-    parser.add_argument("--longformer_window", type=int, default=512)
-    parser.add_argument("--repeats", type=int, default=5, help="timed rounds (the issue asks for at least 5)")
-    parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--too_slow_s", type=float, default=300, help="a model whose forward takes longer: not timed")
-    parser.add_argument("--skip_timing", action="store_true", help="measure memory only (no timing pass)")
-    add_run_arguments(parser, DEFAULT_OUTPUT_DIR)
+    forward_models = ",".join(key for key, candidate in CANDIDATES.items() if not candidate.sparse_prediction)
+    add_comparison_arguments(parser, DEFAULT_OUTPUT_DIR, "8x1024,16x1024,2x4096", forward_models, 300, "forward")
     args = parser.parse_args(argv)
-    if args.quick:
-        args.grid, args.repeats, args.warmup = "1x128", 2, 1
-    try:
-        args.grid = parse_grid(args.grid)
-        args.candidates = parse_candidates(args.models)
-    except ValueError as error:
-        parser.error(str(error))
-    if args.repeats < 1 or args.warmup < 0 or args.layers < 1:
-        parser.error("--repeats and --layers must be at least 1, --warmup at least 0")
-    if args.longformer_window < 2 or args.longformer_window % 2:
-        parser.error(f"--longformer_window must be an even number (Longformer's rule), got {args.longformer_window}")
+    check_comparison_arguments(parser, args)
     return args
 
 
 def build_runners(candidates, batch_size, seq_len, size, device):
-    """One forward callable per model; BlockBERT and RoBERTa models share the first one's weights."""
+    """One forward callable per model (BlockBERT and RoBERTa models share one set of weights)."""
     input_ids = random_token_ids(batch_size, seq_len, size.vocab_size, torch.Generator().manual_seed(0)).to(device)
-    runners, donor = {}, None
-    for candidate in candidates:
-        model = build_benchmark_model(candidate, seq_len, size).to(device).eval()
-        if candidate.family in ("blockbert", "roberta"):
-            if donor is None:
-                donor = model
-            else:
-                share_parameters(donor, model)
-        runners[candidate.key] = lambda model=model: model(input_ids=input_ids)
-    return runners
+    models = build_models_sharing_weights(candidates, seq_len, size, device)
+    return {key: (lambda model=model.eval(): model(input_ids=input_ids)) for key, model in models.items()}
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     output_dir = prepare_run(args, DEFAULT_OUTPUT_DIR)
-    if args.quick:
-        size = ModelSize.tiny()
-    else:
-        size = ModelSize(num_layers=args.layers, longformer_window=args.longformer_window)
+    size = comparison_size(args)
     sections = []
     for batch_size, seq_len in tqdm(args.grid, desc="grid", unit="point"):
         name = f"batch {batch_size} x length {seq_len}"
@@ -126,9 +96,7 @@ def main(argv=None):
         "the medians. Only same-run ratios compare; absolute times vary between runs of a shared machine.",
         "Memory: peak allocation of one forward above the weights"
         + (", each model in a fresh process." if not args.in_process else "."),
-        f"Longformer: window {size.longformer_window}, no global attention. BigBird: block sparse, block "
-        f"{size.bigbird_block_size}, {size.bigbird_random_blocks} random blocks (it switches to full attention for "
-        f"inputs of at most {(5 + 2 * size.bigbird_random_blocks) * size.bigbird_block_size} tokens).",
+        other_families_note(size),
     ]
     header = results_header(
         "Inference: forward time and peak memory (paper Table 6)", "benchmarks/inference.py", argv, notes

@@ -26,19 +26,18 @@ import torch
 from tqdm.auto import tqdm
 
 from blockbert_hf.benchmarking import (
-    ModelSize,
-    add_run_arguments,
-    build_benchmark_model,
+    add_comparison_arguments,
+    build_models_sharing_weights,
+    check_comparison_arguments,
+    comparison_size,
     make_training_step,
     masked_lm_labels,
     measure_training_step,
     measure_section,
-    parse_candidates,
-    parse_grid,
+    other_families_note,
     prepare_run,
     random_token_ids,
     results_header,
-    share_parameters,
     write_report,
 )
 
@@ -70,53 +69,34 @@ TARGETS = [
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--grid", default="8x512,4x1024", help="comma-separated BATCHxLENGTH")
     parser.add_argument("--attention_dropouts", default="0.1,0", help="comma-separated attention dropout rates")
-    parser.add_argument("--models", default=DEFAULT_MODELS, help="comma-separated model keys")
-    parser.add_argument("--layers", type=int, default=12)
-    parser.add_argument("--longformer_window", type=int, default=512)
-    parser.add_argument("--repeats", type=int, default=5, help="timed rounds (the issue asks for at least 5)")
-    parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--too_slow_s", type=float, default=600, help="a model whose step takes longer: not timed")
-    parser.add_argument("--skip_timing", action="store_true", help="measure memory only (no timing pass)")
-    add_run_arguments(parser, DEFAULT_OUTPUT_DIR)
+    add_comparison_arguments(parser, DEFAULT_OUTPUT_DIR, "8x512,4x1024", DEFAULT_MODELS, 600, "step")
     args = parser.parse_args(argv)
-    if args.quick:
-        args.grid, args.repeats, args.warmup = "1x128", 2, 1
+    check_comparison_arguments(parser, args)
     try:
-        args.grid = parse_grid(args.grid)
-        args.candidates = parse_candidates(args.models)
         args.attention_dropouts = [float(value) for value in args.attention_dropouts.split(",")]
     except ValueError as error:
         parser.error(str(error))
     if not all(0 <= p < 1 for p in args.attention_dropouts):
         parser.error(f"--attention_dropouts must be in [0, 1), got {args.attention_dropouts}")
-    if args.repeats < 1 or args.warmup < 0 or args.layers < 1:
-        parser.error("--repeats and --layers must be at least 1, --warmup at least 0")
-    if args.longformer_window < 2 or args.longformer_window % 2:
-        parser.error(f"--longformer_window must be an even number (Longformer's rule), got {args.longformer_window}")
     return args
 
 
 def build_runners(candidates, batch_size, seq_len, size, attention_dropout, device):
-    """One training-step callable per model; BlockBERT and RoBERTa models share the first one's weights and AdamW."""
+    """One training-step callable per model; models that share weights (BlockBERT, RoBERTa) share one AdamW too."""
     generator = torch.Generator().manual_seed(0)
     input_ids = random_token_ids(batch_size, seq_len, size.vocab_size, generator)
     labels = masked_lm_labels(input_ids, generator=generator)
     input_ids, labels = input_ids.to(device), labels.to(device)
-    runners, donor, shared_optimizer = {}, None, None
-    for candidate in candidates:
-        model = build_benchmark_model(candidate, seq_len, size, masked_lm=True, attention_dropout=attention_dropout)
-        model = model.to(device).train()
-        if candidate.family in ("blockbert", "roberta"):
-            if donor is None:
-                donor, shared_optimizer = model, torch.optim.AdamW(model.parameters(), lr=1e-5)
-            else:
-                share_parameters(donor, model)
-            optimizer = shared_optimizer
-        else:
-            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
-        runners[candidate.key] = make_training_step(model, optimizer, input_ids, labels)
+    models = build_models_sharing_weights(
+        candidates, seq_len, size, device, masked_lm=True, attention_dropout=attention_dropout
+    )
+    runners, optimizers = {}, {}  # one AdamW per set of parameter objects
+    for key, model in models.items():
+        weights = id(next(model.parameters()))
+        if weights not in optimizers:
+            optimizers[weights] = torch.optim.AdamW(model.parameters(), lr=1e-5)
+        runners[key] = make_training_step(model.train(), optimizers[weights], input_ids, labels)
     return runners
 
 
@@ -124,10 +104,7 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     output_dir = prepare_run(args, DEFAULT_OUTPUT_DIR)
-    if args.quick:
-        size = ModelSize.tiny()
-    else:
-        size = ModelSize(num_layers=args.layers, longformer_window=args.longformer_window)
+    size = comparison_size(args)
     sections = []
     jobs = [(p, b, n) for p in args.attention_dropouts for b, n in args.grid]
     for attention_dropout, batch_size, seq_len in tqdm(jobs, desc="grid", unit="point"):
@@ -154,9 +131,7 @@ def main(argv=None):
         + (", each model in a fresh process." if not args.in_process else "."),
         "torch's CPU SDPA has no fused kernel with dropout: with attention dropout > 0 it runs its math fallback, "
         "which keeps the N x N probabilities like eager attention.",
-        f"Longformer: window {size.longformer_window}, no global attention. BigBird: block sparse, block "
-        f"{size.bigbird_block_size}, {size.bigbird_random_blocks} random blocks (full attention for inputs of at most "
-        f"{(5 + 2 * size.bigbird_random_blocks) * size.bigbird_block_size} tokens).",
+        other_families_note(size),
     ]
     header = results_header(
         "Training step: time and peak memory (paper Table 3)", "benchmarks/train_step.py", argv, notes

@@ -1,4 +1,5 @@
-"""Timing helpers for the benchmarks: candidates timed interleaved in one process, medians, same-run ratios."""
+"""What the benchmarks in `benchmarks/` share: the compared models, memory measurement (a fresh process per
+measurement), interleaved timing with same-run ratios, profiles, and the results files (markdown, JSON, PNG)."""
 
 import contextlib
 import datetime
@@ -24,7 +25,7 @@ import transformers
 from tqdm.auto import tqdm
 
 from .configuration_blockbert import BlockBertConfig
-from .saving import write_file_atomically  # noqa: F401  (the benchmark scripts write through it)
+from .saving import write_file_atomically
 
 
 def bert_base_config(max_sequence_length: int, **overrides) -> BlockBertConfig:
@@ -59,11 +60,8 @@ def interleaved_medians(
             times[name].append(time.perf_counter() - start)
     results = {name: {"median_s": statistics.median(values), "times_s": values} for name, values in times.items()}
     if anchor is not None:
-        for name, result in results.items():
-            result["ratio_of_medians"] = result["median_s"] / results[anchor]["median_s"]
-            result["median_paired_ratio"] = statistics.median(
-                mine / theirs for mine, theirs in zip(times[name], times[anchor])
-            )
+        for name, ratios in ratios_to(results, anchor).items():
+            results[name].update(ratios)
     return results
 
 
@@ -646,16 +644,18 @@ def available_memory_bytes() -> int | None:
 # --- timing, fitting, reporting --------------------------------------------------------------------------------------
 
 
+def median_paired_ratio(times_s: list[float], anchor_times_s: list[float]) -> float:
+    """Median over rounds of (time / the anchor's time in the same round): cancels slow phases of a noisy machine."""
+    return statistics.median(mine / theirs for mine, theirs in zip(times_s, anchor_times_s))
+
+
 def ratios_to(results: dict, anchor: str) -> dict:
     """For every candidate of an `interleaved_medians` result: `{name: {"ratio_of_medians", "median_paired_ratio"}}`
-    against `anchor` (same-run ratios; the paired one divides each round's time by the anchor's in that round)."""
-    anchor_times = results[anchor]["times_s"]
+    against `anchor` (same-run ratios)."""
     return {
         name: {
             "ratio_of_medians": result["median_s"] / results[anchor]["median_s"],
-            "median_paired_ratio": statistics.median(
-                mine / theirs for mine, theirs in zip(result["times_s"], anchor_times)
-            ),
+            "median_paired_ratio": median_paired_ratio(result["times_s"], results[anchor]["times_s"]),
         }
         for name, result in results.items()
     }
@@ -671,8 +671,6 @@ def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
 
 def machine_description() -> str:
     """CPU model, cores, threads used, memory, GPU and library versions: the line each results file starts with."""
-
-
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as cpuinfo:
@@ -777,6 +775,68 @@ def gib(num_bytes: float | None) -> str:
 # --- comparisons of many models over a grid of (batch, length): benchmarks/inference.py and train_step.py ------------
 
 
+def add_comparison_arguments(parser, default_output_dir, default_grid: str, default_models: str, too_slow_s: float,
+                             call: str) -> None:
+    """The options of inference.py and train_step.py (`call`: "forward" or "step", for the help texts)."""
+    parser.add_argument("--grid", default=default_grid, help="comma-separated BATCHxLENGTH")
+    parser.add_argument("--models", default=default_models, help="comma-separated model keys")
+    parser.add_argument("--layers", type=int, default=12)
+    parser.add_argument("--longformer_window", type=int, default=512)
+    parser.add_argument("--repeats", type=int, default=5, help="timed rounds (the issue asks for at least 5)")
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--too_slow_s", type=float, default=too_slow_s,
+                        help=f"a model whose {call} takes longer: not timed")
+    parser.add_argument("--skip_timing", action="store_true", help="measure memory only (no timing pass)")
+    add_run_arguments(parser, default_output_dir)
+
+
+def check_comparison_arguments(parser, args) -> None:
+    """Parses and checks what `add_comparison_arguments` added (errors through `parser.error`); --quick shrinks the
+    grid and the rounds."""
+    if args.quick:
+        args.grid, args.repeats, args.warmup = "1x128", 2, 1
+    try:
+        args.grid = parse_grid(args.grid)
+        args.candidates = parse_candidates(args.models)
+    except ValueError as error:
+        parser.error(str(error))
+    if args.repeats < 1 or args.warmup < 0 or args.layers < 1:
+        parser.error("--repeats and --layers must be at least 1, --warmup at least 0")
+    if args.longformer_window < 2 or args.longformer_window % 2:
+        parser.error(f"--longformer_window must be an even number (Longformer's rule), got {args.longformer_window}")
+
+
+def comparison_size(args) -> ModelSize:
+    if args.quick:
+        return ModelSize.tiny()
+    return ModelSize(num_layers=args.layers, longformer_window=args.longformer_window)
+
+
+def other_families_note(size: ModelSize) -> str:
+    """How Longformer and BigBird are configured, for the notes of a results file."""
+    return (
+        f"Longformer: window {size.longformer_window}, no global attention. BigBird: block sparse, block "
+        f"{size.bigbird_block_size}, {size.bigbird_random_blocks} random blocks (it switches to full attention for "
+        f"inputs of at most {(5 + 2 * size.bigbird_random_blocks) * size.bigbird_block_size} tokens)."
+    )
+
+
+def build_models_sharing_weights(candidates: list[Candidate], seq_len: int, size: ModelSize, device,
+                                 **build_kwargs) -> dict[str, torch.nn.Module]:
+    """`build_benchmark_model` for every candidate; the BlockBERT and RoBERTa models (same parameter names and shapes)
+    all use the first one's parameter objects, so a process timing a dozen of them holds one copy of the weights."""
+    models, donor = {}, None
+    for candidate in candidates:
+        model = build_benchmark_model(candidate, seq_len, size, **build_kwargs).to(device)
+        if candidate.family in ("blockbert", "roberta"):
+            if donor is None:
+                donor = model
+            else:
+                share_parameters(donor, model)
+        models[candidate.key] = model
+    return models
+
+
 def pick_anchors(keys: list[str]) -> list[str]:
     """The models ratios are taken against: transformers' RoBERTa (eager, sdpa) when measured, else BlockBERT's full
     pattern with the same kernel (which computes exactly RoBERTa)."""
@@ -855,12 +915,9 @@ def targets_table(targets: list[dict], sections: list[dict]) -> str:
         measured = None
         if section is not None and target["model"] in section["rows"] and target["anchor"] in section["rows"]:
             row, anchor = section["rows"][target["model"]], section["rows"][target["anchor"]]
-            if target["kind"] == "time" and target["anchor"] in row.get("ratios", {}):
-                measured = row["ratios"][target["anchor"]]["median_paired_ratio"]
-            elif target["kind"] == "time" and row.get("times_s") and anchor.get("times_s"):
-                # An anchor the tables do not show (e.g. BlockBERT's full pattern with the same MLM head): the same
-                # median of paired rounds as `ratios_to`.
-                measured = statistics.median(mine / theirs for mine, theirs in zip(row["times_s"], anchor["times_s"]))
+            # Any two models timed in the same run pair up, whether or not the tables show ratios to the anchor.
+            if target["kind"] == "time" and row.get("times_s") and anchor.get("times_s"):
+                measured = median_paired_ratio(row["times_s"], anchor["times_s"])
             elif target["kind"] == "memory" and row.get(target["memory_field"]) and anchor.get(target["memory_field"]):
                 measured = row[target["memory_field"]] / anchor[target["memory_field"]]
         verdict = "not measured" if measured is None else ("yes" if measured <= target["at_most"] else "NO")

@@ -784,7 +784,8 @@ def evaluate_saved_model(
         data = data.select(range(min(max_eval_sequences, len(data))))
     collator = MaskingCollator(tokenizer, VALIDATION_SEED, "eval", mlm_probability)
     accelerator = Accelerator()
-    return {**evaluate(accelerator.prepare(model), data, collator, accelerator, batch_size), "eval_sequences": len(data)}
+    metrics = evaluate(accelerator.prepare(model), data, collator, accelerator, batch_size)
+    return {**metrics, "eval_sequences": len(data)}
 
 
 def comparison_table(runs: Sequence[tuple[str, dict]]) -> str:

@@ -54,7 +54,9 @@ def write_file_atomically(path, content: str | bytes | Callable) -> None:
         elif isinstance(content, bytes):
             Path(temporary).write_bytes(content)
         else:
-            Path(temporary).write_text(content)
+            Path(temporary).write_text(content, encoding="utf-8")
+        with open(temporary, "rb") as written:  # on disk before the rename, so a crash cannot leave an empty file
+            os.fsync(written.fileno())
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(temporary, 0o666 & ~umask)  # mkstemp creates the file private; give it the usual permissions
