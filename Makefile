@@ -7,7 +7,7 @@ VENV ?= .venv
 TORCH_INSTALL ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: install demo test test-all clean
+.PHONY: install demo test test-all lint format clean
 
 install: $(VENV)/.installed
 
@@ -23,6 +23,14 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest -q
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
 
 test-all: install
 	$(BIN)/python -m pytest -q -m "slow or not slow"

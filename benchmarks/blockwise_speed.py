@@ -14,7 +14,7 @@ import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from blockbert_hf import BlockBertModel
-from blockbert_hf.benchmarking import bert_base_config, machine_description, interleaved_medians
+from blockbert_hf.benchmarking import bert_base_config, interleaved_medians, machine_description
 from blockbert_hf.modeling_blockbert import build_attention_layout, tiled_attention
 
 
@@ -71,8 +71,10 @@ def render_markdown(results: dict) -> str:
         "|---|---|---|---|",
     ]
     for name, result in results["forward"].items():
-        lines.append(f"| {name} | {result['median_s']:.3f} | {result['ratio_of_medians']:.3f} | "
-                     f"{result['median_paired_ratio']:.3f} |")
+        lines.append(
+            f"| {name} | {result['median_s']:.3f} | {result['ratio_of_medians']:.3f} | "
+            f"{result['median_paired_ratio']:.3f} |"
+        )
     lines += [
         "",
         f"## Attention op alone, 1 x {args['op_seq_len']}, 12 heads x 64 (q, k, v given; no projections)",
@@ -82,8 +84,10 @@ def render_markdown(results: dict) -> str:
     ]
     for name, result in results["attention_op"].items():
         n = int(name.split("=")[1]) if "=" in name else 1
-        lines.append(f"| {name} | {result['median_s'] * 1000:.1f} | {result['ratio_of_medians'] * n:.3f} | "
-                     f"{result['median_paired_ratio'] * n:.3f} |")
+        lines.append(
+            f"| {name} | {result['median_s'] * 1000:.1f} | {result['ratio_of_medians'] * n:.3f} | "
+            f"{result['median_paired_ratio'] * n:.3f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -96,7 +100,9 @@ def main():
     parser.add_argument("--layers", type=int, default=12)
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks that the script works")
     parser.add_argument("--output", help="write the measurements as JSON here")
-    parser.add_argument("--markdown", help="write the tables as markdown here (e.g. docs/benchmarks/blockwise_speed.md)")
+    parser.add_argument(
+        "--markdown", help="write the tables as markdown here (e.g. docs/benchmarks/blockwise_speed.md)"
+    )
     parser.add_argument("--from_json", help="print/render a run saved with --output instead of measuring")
     args = parser.parse_args()
     if args.quick:

@@ -17,6 +17,7 @@ RobertaModel (eager, sdpa), LongformerModel (window --longformer_window) and Big
 """
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 
@@ -42,16 +43,46 @@ from blockbert_hf.benchmarking import (
 DEFAULT_OUTPUT_DIR = Path(__file__).resolve().parents[1] / "docs" / "benchmarks"
 # The issue's inference targets (ratios of same-run medians; FLOP bounds in the issue text).
 TARGETS = [
-    dict(what="inference 8x1024, paper 0.72", section=dict(batch_size=8, seq_len=1024), model="blockbert-n2-sdpa",
-         anchor="roberta-eager", at_most=0.62, kind="time"),
-    dict(what="inference 8x1024, FLOP bound 0.91", section=dict(batch_size=8, seq_len=1024),
-         model="blockbert-n2-sdpa", anchor="roberta-sdpa", at_most=0.95, kind="time"),
-    dict(what="inference 2x4096, FLOP bound 0.77", section=dict(batch_size=2, seq_len=4096),
-         model="blockbert-n2-sdpa", anchor="roberta-sdpa", at_most=0.80, kind="time"),
-    dict(what="inference 2x4096, FLOP bound 0.65", section=dict(batch_size=2, seq_len=4096),
-         model="blockbert-n4-sdpa", anchor="roberta-sdpa", at_most=0.70, kind="time"),
-    dict(what="inference 2x4096 vs Longformer (window 512)", section=dict(batch_size=2, seq_len=4096),
-         model="blockbert-n2-sdpa", anchor="longformer", at_most=0.60, kind="time"),
+    dict(
+        what="inference 8x1024, paper 0.72",
+        section=dict(batch_size=8, seq_len=1024),
+        model="blockbert-n2-sdpa",
+        anchor="roberta-eager",
+        at_most=0.62,
+        kind="time",
+    ),
+    dict(
+        what="inference 8x1024, FLOP bound 0.91",
+        section=dict(batch_size=8, seq_len=1024),
+        model="blockbert-n2-sdpa",
+        anchor="roberta-sdpa",
+        at_most=0.95,
+        kind="time",
+    ),
+    dict(
+        what="inference 2x4096, FLOP bound 0.77",
+        section=dict(batch_size=2, seq_len=4096),
+        model="blockbert-n2-sdpa",
+        anchor="roberta-sdpa",
+        at_most=0.80,
+        kind="time",
+    ),
+    dict(
+        what="inference 2x4096, FLOP bound 0.65",
+        section=dict(batch_size=2, seq_len=4096),
+        model="blockbert-n4-sdpa",
+        anchor="roberta-sdpa",
+        at_most=0.70,
+        kind="time",
+    ),
+    dict(
+        what="inference 2x4096 vs Longformer (window 512)",
+        section=dict(batch_size=2, seq_len=4096),
+        model="blockbert-n2-sdpa",
+        anchor="longformer",
+        at_most=0.60,
+        kind="time",
+    ),
 ]
 
 
@@ -69,7 +100,7 @@ def build_runners(candidates, batch_size, seq_len, size, device):
     """One forward callable per model (BlockBERT and RoBERTa models share one set of weights)."""
     input_ids = random_token_ids(batch_size, seq_len, size.vocab_size, torch.Generator().manual_seed(0)).to(device)
     models = build_models_sharing_weights(candidates, seq_len, size, device)
-    return {key: (lambda model=model.eval(): model(input_ids=input_ids)) for key, model in models.items()}
+    return {key: functools.partial(model.eval(), input_ids=input_ids) for key, model in models.items()}
 
 
 def main(argv=None):
@@ -81,10 +112,13 @@ def main(argv=None):
     for batch_size, seq_len in tqdm(args.grid, desc="grid", unit="point"):
         name = f"batch {batch_size} x length {seq_len}"
         rows = measure_section(
-            args.candidates, measure_forward,
+            args.candidates,
+            measure_forward,
             dict(batch_size=batch_size, seq_len=seq_len, size=size, device=args.device),
-            lambda runnable: build_runners(runnable, batch_size, seq_len, size, args.device),
-            args, name, timing_context=torch.inference_mode,
+            functools.partial(build_runners, batch_size=batch_size, seq_len=seq_len, size=size, device=args.device),
+            args,
+            name,
+            timing_context=torch.inference_mode,
         )
         sections.append(dict(name=name, batch_size=batch_size, seq_len=seq_len, rows=rows))
 
@@ -101,8 +135,16 @@ def main(argv=None):
     header = results_header(
         "Inference: forward time and peak memory (paper Table 6)", "benchmarks/inference.py", argv, notes
     )
-    return write_report(output_dir, "inference", header, TARGETS, sections, args,
-                        "peak memory above weights (GiB)", "Forward time and peak memory")
+    return write_report(
+        output_dir,
+        "inference",
+        header,
+        TARGETS,
+        sections,
+        args,
+        "peak memory above weights (GiB)",
+        "Forward time and peak memory",
+    )
 
 
 if __name__ == "__main__":

@@ -125,8 +125,12 @@ def markdown(args, argv, size, points, fits, method):
         "RSS growth: the process's peak resident set during the step minus its resident set before it (a cross-check "
         "that also sees malloc caching and the profiler's own records).",
     ]
-    text = results_header("Activation memory against sequence length (paper Section 2, Table 2)",
-                          "benchmarks/memory_regression.py", argv, notes)
+    text = results_header(
+        "Activation memory against sequence length (paper Section 2, Table 2)",
+        "benchmarks/memory_regression.py",
+        argv,
+        notes,
+    )
     text += "## Least-squares fit: activation = slope x N + intercept\n\n"
     text += (
         "O(N^2) part at N = slope x N; O(N) part = intercept (b x N is fixed). Slope ratio: this model's slope over "
@@ -139,31 +143,58 @@ def markdown(args, argv, size, points, fits, method):
             rows.append([candidate.label, "n/a (fewer than two points)", "", *([""] * len(REPORT_AT)), "", "", ""])
             continue
         ideal = f"{1 / candidate.num_blocks:.3f}" if candidate.num_blocks > 1 else ""
-        rows.append([
-            candidate.label,
-            f"{fit['slope_bytes_per_token'] / 2**20:.3f}",
-            gib(fit["intercept_bytes"]),
-            *(gib(fit["slope_bytes_per_token"] * n) for n in REPORT_AT),
-            f"{fit['slope_ratio']:.3f} (vs {by_key[fit['reference']].label})" if "slope_ratio" in fit
-            else (f"n/a ({by_key[fit['reference']].label} has no O(N^2) term)" if "reference" in fit else ""),
-            ideal,
-            ", ".join(map(str, fit["points_used"])),
-        ])
+        rows.append(
+            [
+                candidate.label,
+                f"{fit['slope_bytes_per_token'] / 2**20:.3f}",
+                gib(fit["intercept_bytes"]),
+                *(gib(fit["slope_bytes_per_token"] * n) for n in REPORT_AT),
+                f"{fit['slope_ratio']:.3f} (vs {by_key[fit['reference']].label})"
+                if "slope_ratio" in fit
+                else (f"n/a ({by_key[fit['reference']].label} has no O(N^2) term)" if "reference" in fit else ""),
+                ideal,
+                ", ".join(map(str, fit["points_used"])),
+            ]
+        )
     text += markdown_table(
-        ["model", "slope (MiB per token of N)", "O(N) part (GiB)", *(f"O(N^2) part at N={n} (GiB)" for n in REPORT_AT),
-         "slope ratio", "1/n", "points fitted (N)"],
+        [
+            "model",
+            "slope (MiB per token of N)",
+            "O(N) part (GiB)",
+            *(f"O(N^2) part at N={n} (GiB)" for n in REPORT_AT),
+            "slope ratio",
+            "1/n",
+            "points fitted (N)",
+        ],
         rows,
     )
     text += "\n## Measured points\n\n"
     rows = [
-        [by_key[p["model"]].label, p["seq_len"], p["batch_size"], gib(p.get("model_bytes")),
-         gib(p.get("optimizer_bytes")), gib(p.get("activation_bytes")), gib(p.get("peak_bytes")),
-         gib(p.get("rss_growth_bytes")), p["status"] + (f": {p['detail']}" if p.get("detail") else "")]
+        [
+            by_key[p["model"]].label,
+            p["seq_len"],
+            p["batch_size"],
+            gib(p.get("model_bytes")),
+            gib(p.get("optimizer_bytes")),
+            gib(p.get("activation_bytes")),
+            gib(p.get("peak_bytes")),
+            gib(p.get("rss_growth_bytes")),
+            p["status"] + (f": {p['detail']}" if p.get("detail") else ""),
+        ]
         for p in points
     ]
     text += markdown_table(
-        ["model", "N", "b", "model (GiB)", "optimizer (GiB)", "activation (GiB)", "peak (GiB)", "RSS growth (GiB)",
-         "status"],
+        [
+            "model",
+            "N",
+            "b",
+            "model (GiB)",
+            "optimizer (GiB)",
+            "activation (GiB)",
+            "peak (GiB)",
+            "RSS growth (GiB)",
+            "status",
+        ],
         rows,
     )
     return text
@@ -202,9 +233,17 @@ def main(argv=None):
     for seq_len, candidate in tqdm(jobs, desc="memory points", unit="point"):
         result = run_measurement(
             measure_training_step,
-            dict(candidate_key=candidate.key, batch_size=args.tokens_per_step // seq_len, seq_len=seq_len, size=size,
-                 attention_dropout=args.attention_dropout, device=args.device),
-            isolated=not args.in_process, memory_budget_bytes=args.memory_budget_bytes, timeout_s=args.timeout_s,
+            dict(
+                candidate_key=candidate.key,
+                batch_size=args.tokens_per_step // seq_len,
+                seq_len=seq_len,
+                size=size,
+                attention_dropout=args.attention_dropout,
+                device=args.device,
+            ),
+            isolated=not args.in_process,
+            memory_budget_bytes=args.memory_budget_bytes,
+            timeout_s=args.timeout_s,
             threads=args.threads,
         )
         method = method or result.get("memory_method")
@@ -216,9 +255,14 @@ def main(argv=None):
             tqdm.write(point.get("traceback", point.get("detail", "")), file=sys.stderr)
 
     fits = fit_all(points, args.candidates)
-    write_file_atomically(output_dir / "memory_regression.json", json.dumps(
-        {"args": {k: v for k, v in vars(args).items() if k != "candidates"}, "points": points, "fits": fits},
-        indent=2, default=str))
+    write_file_atomically(
+        output_dir / "memory_regression.json",
+        json.dumps(
+            {"args": {k: v for k, v in vars(args).items() if k != "candidates"}, "points": points, "fits": fits},
+            indent=2,
+            default=str,
+        ),
+    )
     text = markdown(args, argv, size, points, fits, method)
     write_file_atomically(output_dir / "memory_regression.md", text)
     plot(args, points, fits, output_dir / "memory_regression.png")

@@ -44,7 +44,8 @@ TOP_OPS = 12
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
-        "--models", help=f"comma-separated model keys; ratios to the first (default {DEFAULT_MODELS}, with --forward "
+        "--models",
+        help=f"comma-separated model keys; ratios to the first (default {DEFAULT_MODELS}, with --forward "
         f"{DEFAULT_FORWARD_MODELS})",
     )
     parser.add_argument("--shape", default="4x1024", help="BATCHxLENGTH of the step")
@@ -108,19 +109,25 @@ def main(argv=None) -> int:
     results = {}
     for candidate in args.candidates:
         print(f"profiling {candidate.label} ...", flush=True)
-        kwargs = dict(candidate_key=candidate.key, batch_size=args.batch_size, seq_len=args.seq_len, size=size,
-                      device=args.device)
+        kwargs = dict(
+            candidate_key=candidate.key, batch_size=args.batch_size, seq_len=args.seq_len, size=size, device=args.device
+        )
         if not args.forward:
             kwargs["attention_dropout"] = args.attention_dropout
         results[candidate.key] = run_measurement(
-            profile_forward if args.forward else profile_training_step, kwargs,
-            isolated=not args.in_process, memory_budget_bytes=args.memory_budget_bytes, timeout_s=args.timeout_s,
+            profile_forward if args.forward else profile_training_step,
+            kwargs,
+            isolated=not args.in_process,
+            memory_budget_bytes=args.memory_budget_bytes,
+            timeout_s=args.timeout_s,
             threads=args.threads,
         )
         if results[candidate.key]["status"] != "ok":
             print(f"  {results[candidate.key]['status']}: {results[candidate.key].get('detail', '')}", flush=True)
-    what = "One `*Model` forward in inference mode" if args.forward else (
-        f"One AdamW step of `*ForMaskedLM` (attention dropout {args.attention_dropout})"
+    what = (
+        "One `*Model` forward in inference mode"
+        if args.forward
+        else (f"One AdamW step of `*ForMaskedLM` (attention dropout {args.attention_dropout})")
     )
     notes = [
         f"{what}, {size.describe()}, batch {args.batch_size} x {args.seq_len} tokens, {args.threads} threads, "

@@ -19,6 +19,7 @@ stores the attention probabilities like eager attention does. Writes train_step.
 """
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 
@@ -32,8 +33,8 @@ from blockbert_hf.benchmarking import (
     comparison_size,
     make_training_step,
     masked_lm_labels,
-    measure_training_step,
     measure_section,
+    measure_training_step,
     other_families_note,
     prepare_run,
     random_token_ids,
@@ -50,20 +51,59 @@ DEFAULT_MODELS = (
 _AT_TARGET = dict(batch_size=4, seq_len=1024, attention_dropout=0.1)
 # The issue's training targets (paper Table 3 ratios for memory; same-run time ratios).
 TARGETS = [
-    dict(what="training peak memory, paper 0.73", section=_AT_TARGET, model="blockbert-n2-sdpa",
-         anchor="roberta-eager", at_most=0.73, kind="memory", memory_field="peak_bytes"),
-    dict(what="training peak memory, paper 0.64", section=_AT_TARGET, model="blockbert-n3-sdpa",
-         anchor="roberta-eager", at_most=0.64, kind="memory", memory_field="peak_bytes"),
-    dict(what="training step time", section=_AT_TARGET, model="blockbert-n2-sdpa", anchor="roberta-sdpa",
-         at_most=0.85, kind="time"),
-    dict(what="training peak memory", section=_AT_TARGET, model="blockbert-n2-sdpa", anchor="roberta-sdpa",
-         at_most=1.0, kind="memory", memory_field="peak_bytes"),
+    dict(
+        what="training peak memory, paper 0.73",
+        section=_AT_TARGET,
+        model="blockbert-n2-sdpa",
+        anchor="roberta-eager",
+        at_most=0.73,
+        kind="memory",
+        memory_field="peak_bytes",
+    ),
+    dict(
+        what="training peak memory, paper 0.64",
+        section=_AT_TARGET,
+        model="blockbert-n3-sdpa",
+        anchor="roberta-eager",
+        at_most=0.64,
+        kind="memory",
+        memory_field="peak_bytes",
+    ),
+    dict(
+        what="training step time",
+        section=_AT_TARGET,
+        model="blockbert-n2-sdpa",
+        anchor="roberta-sdpa",
+        at_most=0.85,
+        kind="time",
+    ),
+    dict(
+        what="training peak memory",
+        section=_AT_TARGET,
+        model="blockbert-n2-sdpa",
+        anchor="roberta-sdpa",
+        at_most=1.0,
+        kind="memory",
+        memory_field="peak_bytes",
+    ),
     # The same time target with the MLM head on labelled positions only (fairseq's, hence the paper's, setting):
     # against the full-attention model with the same head (the fair anchor) and against transformers' RoBERTa.
-    dict(what="training step time, masked-only MLM logits in both", section=_AT_TARGET,
-         model="blockbert-n2-sdpa-sparse", anchor="blockbert-full-sdpa-sparse", at_most=0.85, kind="time"),
-    dict(what="training step time, masked-only MLM logits in BlockBERT only", section=_AT_TARGET,
-         model="blockbert-n2-sdpa-sparse", anchor="roberta-sdpa", at_most=0.85, kind="time"),
+    dict(
+        what="training step time, masked-only MLM logits in both",
+        section=_AT_TARGET,
+        model="blockbert-n2-sdpa-sparse",
+        anchor="blockbert-full-sdpa-sparse",
+        at_most=0.85,
+        kind="time",
+    ),
+    dict(
+        what="training step time, masked-only MLM logits in BlockBERT only",
+        section=_AT_TARGET,
+        model="blockbert-n2-sdpa-sparse",
+        anchor="roberta-sdpa",
+        at_most=0.85,
+        kind="time",
+    ),
 ]
 
 
@@ -110,14 +150,29 @@ def main(argv=None):
     for attention_dropout, batch_size, seq_len in tqdm(jobs, desc="grid", unit="point"):
         name = f"{batch_size}x{seq_len}, attention dropout {attention_dropout:g}"
         rows = measure_section(
-            args.candidates, measure_training_step,
-            dict(batch_size=batch_size, seq_len=seq_len, size=size, attention_dropout=attention_dropout,
-                 device=args.device),
-            lambda runnable: build_runners(runnable, batch_size, seq_len, size, attention_dropout, args.device),
-            args, name,
+            args.candidates,
+            measure_training_step,
+            dict(
+                batch_size=batch_size,
+                seq_len=seq_len,
+                size=size,
+                attention_dropout=attention_dropout,
+                device=args.device,
+            ),
+            functools.partial(
+                build_runners,
+                batch_size=batch_size,
+                seq_len=seq_len,
+                size=size,
+                attention_dropout=attention_dropout,
+                device=args.device,
+            ),
+            args,
+            name,
         )
-        sections.append(dict(name=name, batch_size=batch_size, seq_len=seq_len,
-                             attention_dropout=attention_dropout, rows=rows))
+        sections.append(
+            dict(name=name, batch_size=batch_size, seq_len=seq_len, attention_dropout=attention_dropout, rows=rows)
+        )
 
     notes = [
         f"{'quick mode, tiny model: ' if args.quick else 'BERT-base dims: '}{size.describe()}; "
@@ -136,8 +191,16 @@ def main(argv=None):
     header = results_header(
         "Training step: time and peak memory (paper Table 3)", "benchmarks/train_step.py", argv, notes
     )
-    return write_report(output_dir, "train_step", header, TARGETS, sections, args,
-                        "peak memory (GiB)", "Training step time and peak memory")
+    return write_report(
+        output_dir,
+        "train_step",
+        header,
+        TARGETS,
+        sections,
+        args,
+        "peak memory (GiB)",
+        "Training step time and peak memory",
+    )
 
 
 if __name__ == "__main__":

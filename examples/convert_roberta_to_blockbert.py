@@ -45,20 +45,39 @@ def parse_args(argv=None):
     parser.add_argument("source", help="folder (or hub id) of a RoBERTa/BERT checkpoint")
     parser.add_argument("output_dir")
     parser.add_argument("--num_blocks", type=int, default=2, help="n (default 2)")
-    parser.add_argument("--heads", default=None,
-                        help="heads per shift in the paper's notation, e.g. 10:2 or 8:2:2 (default: SPEC's default)")
+    parser.add_argument(
+        "--heads",
+        default=None,
+        help="heads per shift in the paper's notation, e.g. 10:2 or 8:2:2 (default: SPEC's default)",
+    )
     parser.add_argument("--block_size", type=int, default=None, help="b (default ceil(N / n))")
-    parser.add_argument("--max_seq_length", type=int, default=None,
-                        help="N of the converted model (default: the source's); new position rows repeat the source's")
+    parser.add_argument(
+        "--max_seq_length",
+        type=int,
+        default=None,
+        help="N of the converted model (default: the source's); new position rows repeat the source's",
+    )
     parser.add_argument("--attention_pattern", default="blockwise", choices=["blockwise", "full", "sparse_fixed"])
-    parser.add_argument("--target_class", default="auto", choices=["auto", "BlockBertModel", "BlockBertForMaskedLM"],
-                        help="auto: BlockBertForMaskedLM if the source has an MLM head, else BlockBertModel")
-    parser.add_argument("--drop_source_keys", nargs="*", default=[], metavar="PREFIX",
-                        help="prefixes of source keys that may be left out, e.g. cls.seq_relationship. (NSP head)")
+    parser.add_argument(
+        "--target_class",
+        default="auto",
+        choices=["auto", "BlockBertModel", "BlockBertForMaskedLM"],
+        help="auto: BlockBertForMaskedLM if the source has an MLM head, else BlockBertModel",
+    )
+    parser.add_argument(
+        "--drop_source_keys",
+        nargs="*",
+        default=[],
+        metavar="PREFIX",
+        help="prefixes of source keys that may be left out, e.g. cls.seq_relationship. (NSP head)",
+    )
     parser.add_argument("--source_architecture", default=None, help="override config.architectures[0]")
     parser.add_argument("--tokenizer", default=None, help="tokenizer folder if the source folder has none")
-    parser.add_argument("--verification_text", default=str(SAMPLE_TEXT),
-                        help="text file whose first paragraphs are run through source and converted model")
+    parser.add_argument(
+        "--verification_text",
+        default=str(SAMPLE_TEXT),
+        help="text file whose first paragraphs are run through source and converted model",
+    )
     parser.add_argument("--num_verification_sentences", type=int, default=8)
     parser.add_argument("--skip_verification", action="store_true")
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty OUTPUT_DIR")

@@ -78,13 +78,19 @@ def main():
         logits = model(**batch).logits
     lengths = batch["attention_mask"].sum(1).tolist()
     n, b, big_n = config.num_blocks, config.block_size, config.max_sequence_length
-    print(f"BlockBERT: {config.num_hidden_layers} layers, hidden {config.hidden_size}, "
-          f"{config.num_attention_heads} heads, N = {big_n}, n = {n} blocks of b = {b}, heads per shift "
-          f"{config.heads_per_shift} (shifts {config.head_shifts}), {model.num_parameters():,} parameters")
-    print(f"attention scores per head and sequence: {n} x {b} x {b} = {n * b * b:,} "
-          f"instead of {big_n} x {big_n} = {big_n * big_n:,} (1/{n})")
-    print(f"batch: {len(paragraphs)} paragraphs of the bundled WikiText-2 sample, {lengths} tokens, "
-          f"padded to {batch['input_ids'].shape[1]}; MLM logits {tuple(logits.shape)} (untrained weights)")
+    print(
+        f"BlockBERT: {config.num_hidden_layers} layers, hidden {config.hidden_size}, "
+        f"{config.num_attention_heads} heads, N = {big_n}, n = {n} blocks of b = {b}, heads per shift "
+        f"{config.heads_per_shift} (shifts {config.head_shifts}), {model.num_parameters():,} parameters"
+    )
+    print(
+        f"attention scores per head and sequence: {n} x {b} x {b} = {n * b * b:,} "
+        f"instead of {big_n} x {big_n} = {big_n * big_n:,} (1/{n})"
+    )
+    print(
+        f"batch: {len(paragraphs)} paragraphs of the bundled WikiText-2 sample, {lengths} tokens, "
+        f"padded to {batch['input_ids'].shape[1]}; MLM logits {tuple(logits.shape)} (untrained weights)"
+    )
 
     folder = save_atomically(args.output_dir, model.save_pretrained, tokenizer.save_pretrained)
     print(f"saved to {folder}: {', '.join(sorted(p.name for p in folder.iterdir()))}")
@@ -92,12 +98,16 @@ def main():
     with tempfile.TemporaryDirectory() as scratch:
         texts_file, output_file = Path(scratch) / "texts.json", Path(scratch) / "reloaded.pt"
         texts_file.write_text(json.dumps(paragraphs))
-        subprocess.run([sys.executable, "-c", RELOAD_SCRIPT, str(folder), str(texts_file), str(output_file)], check=True)
+        subprocess.run(
+            [sys.executable, "-c", RELOAD_SCRIPT, str(folder), str(texts_file), str(output_file)], check=True
+        )
         reloaded = torch.load(output_file)
     real = batch["attention_mask"].bool()
     difference = (reloaded["logits"][real] - logits[real]).abs().max().item()
-    print(f"reloaded without blockbert_hf via AutoModelForMaskedLM(trust_remote_code=True): {reloaded['class']}, "
-          f"tokenizer model_max_length {reloaded['model_max_length']}")
+    print(
+        f"reloaded without blockbert_hf via AutoModelForMaskedLM(trust_remote_code=True): {reloaded['class']}, "
+        f"tokenizer model_max_length {reloaded['model_max_length']}"
+    )
     print(f"max |logits(original) - logits(reloaded)| over real tokens: {difference:.2e}")
     if difference > 1e-5:
         raise SystemExit("the reloaded model computes something else")

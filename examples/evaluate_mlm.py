@@ -23,8 +23,13 @@ def main(argv=None):
     parser.add_argument("--batch_size", type=int, default=16)
     args = parser.parse_args(argv)
     metrics = evaluate_saved_model(
-        args.model_path, args.validation_files, args.document_boundary, args.document_heading_regex,
-        args.text_column, args.max_eval_sequences, args.batch_size,
+        args.model_path,
+        args.validation_files,
+        args.document_boundary,
+        args.document_heading_regex,
+        args.text_column,
+        args.max_eval_sequences,
+        args.batch_size,
     )
     print(json.dumps(metrics))
 

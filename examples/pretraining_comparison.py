@@ -24,8 +24,8 @@ import sys
 from pathlib import Path
 
 from blockbert_hf.pretraining import (
-    PretrainingArguments,
     RESULTS_FILE,
+    PretrainingArguments,
     comparison_table,
     list_checkpoints,
     prepare_tokenizer,
@@ -38,19 +38,38 @@ CORPUS = REPO_ROOT.parent / "shared" / "data" / "corpus"
 RUNS = {
     "full-seed0": ["--attention_pattern", "full", "--seed", "0"],
     "full-seed1": ["--attention_pattern", "full", "--seed", "1"],
-    "blockwise-n2": ["--attention_pattern", "blockwise", "--num_blocks", "2", "--heads_per_shift", "3:1",
-                     "--seed", "0"],
-    "blockwise-n3": ["--attention_pattern", "blockwise", "--num_blocks", "3", "--heads_per_shift", "2:1:1",
-                     "--seed", "0"],
+    "blockwise-n2": [
+        "--attention_pattern",
+        "blockwise",
+        "--num_blocks",
+        "2",
+        "--heads_per_shift",
+        "3:1",
+        "--seed",
+        "0",
+    ],
+    "blockwise-n3": [
+        "--attention_pattern",
+        "blockwise",
+        "--num_blocks",
+        "3",
+        "--heads_per_shift",
+        "2:1:1",
+        "--seed",
+        "0",
+    ],
 }
 
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output_dir", default="outputs/pretraining-comparison")
-    parser.add_argument("--train_files", nargs="+", default=[
-        str(CORPUS / "gutenberg" / f"pg{book}.txt.gz") for book in (1342, 2600, 1399, 2554)
-    ] + [str(CORPUS / "wikitext-2" / "wiki.valid.tokens.gz")])
+    parser.add_argument(
+        "--train_files",
+        nargs="+",
+        default=[str(CORPUS / "gutenberg" / f"pg{book}.txt.gz") for book in (1342, 2600, 1399, 2554)]
+        + [str(CORPUS / "wikitext-2" / "wiki.valid.tokens.gz")],
+    )
     parser.add_argument("--validation_files", nargs="+", default=[str(CORPUS / "wikitext-2" / "wiki.test.raw.gz")])
     parser.add_argument("--vocab_size", type=int, default=8192)
     parser.add_argument("--max_seq_length", type=int, default=512)
@@ -60,8 +79,11 @@ def parse_args():
     parser.add_argument("--max_eval_sequences", type=int, default=256)
     parser.add_argument("--eval_steps", type=int, default=512)
     parser.add_argument("--runs", nargs="+", default=list(RUNS), choices=list(RUNS))
-    parser.add_argument("--launcher", default="accelerate launch --num_processes 1 --num_machines 1 --cpu "
-                        "--mixed_precision no --dynamo_backend no", help="command that starts examples/run_mlm.py")
+    parser.add_argument(
+        "--launcher",
+        default="accelerate launch --num_processes 1 --num_machines 1 --cpu --mixed_precision no --dynamo_backend no",
+        help="command that starts examples/run_mlm.py",
+    )
     parser.add_argument("--extra_args", default="", help="more run_mlm.py options for every run (they win)")
     parser.add_argument("--dry_run", action="store_true", help="print the commands only")
     return parser.parse_args()
@@ -71,22 +93,56 @@ def main():
     args = parse_args()
     output_dir = Path(args.output_dir)
     tokenizer_args = PretrainingArguments(
-        output_dir=str(output_dir), train_files=args.train_files, document_boundary="heading",
-        train_tokenizer_vocab_size=args.vocab_size, max_seq_length=args.max_seq_length)
+        output_dir=str(output_dir),
+        train_files=args.train_files,
+        document_boundary="heading",
+        train_tokenizer_vocab_size=args.vocab_size,
+        max_seq_length=args.max_seq_length,
+    )
     if not args.dry_run:
         output_dir.mkdir(parents=True, exist_ok=True)
         tokenizer = prepare_tokenizer(tokenizer_args, read_documents(args.train_files, "heading"))
         print(f"tokenizer: {len(tokenizer)} tokens in {output_dir / 'tokenizer'}", flush=True)
 
     common = [
-        "--train_files", *args.train_files, "--validation_files", *args.validation_files,
-        "--document_boundary", "heading", "--tokenizer_name", str(output_dir / "tokenizer"),
-        "--max_seq_length", str(args.max_seq_length), "--num_hidden_layers", "4", "--hidden_size", "256",
-        "--num_attention_heads", "4", "--intermediate_size", "1024",
-        "--tokens_per_batch", str(args.tokens_per_batch), "--per_device_train_batch_size", "4",
-        "--per_device_eval_batch_size", "16", "--max_train_tokens", str(args.max_train_tokens),
-        "--learning_rate", str(args.learning_rate), "--logging_steps", "16", "--eval_steps", str(args.eval_steps),
-        "--max_eval_sequences", str(args.max_eval_sequences), "--checkpointing_steps", "256", "--save_total_limit", "1",
+        "--train_files",
+        *args.train_files,
+        "--validation_files",
+        *args.validation_files,
+        "--document_boundary",
+        "heading",
+        "--tokenizer_name",
+        str(output_dir / "tokenizer"),
+        "--max_seq_length",
+        str(args.max_seq_length),
+        "--num_hidden_layers",
+        "4",
+        "--hidden_size",
+        "256",
+        "--num_attention_heads",
+        "4",
+        "--intermediate_size",
+        "1024",
+        "--tokens_per_batch",
+        str(args.tokens_per_batch),
+        "--per_device_train_batch_size",
+        "4",
+        "--per_device_eval_batch_size",
+        "16",
+        "--max_train_tokens",
+        str(args.max_train_tokens),
+        "--learning_rate",
+        str(args.learning_rate),
+        "--logging_steps",
+        "16",
+        "--eval_steps",
+        str(args.eval_steps),
+        "--max_eval_sequences",
+        str(args.max_eval_sequences),
+        "--checkpointing_steps",
+        "256",
+        "--save_total_limit",
+        "1",
     ]
     finished = []
     for label in args.runs:
@@ -96,8 +152,16 @@ def main():
             finished.append((label, json.loads((run_dir / RESULTS_FILE).read_text())))
             continue
         resume = ["--resume_from_checkpoint", "latest"] if list_checkpoints(run_dir) else []
-        command = [*shlex.split(args.launcher), str(REPO_ROOT / "examples" / "run_mlm.py"), "--output_dir",
-                   str(run_dir), *common, *RUNS[label], *resume, *shlex.split(args.extra_args)]
+        command = [
+            *shlex.split(args.launcher),
+            str(REPO_ROOT / "examples" / "run_mlm.py"),
+            "--output_dir",
+            str(run_dir),
+            *common,
+            *RUNS[label],
+            *resume,
+            *shlex.split(args.extra_args),
+        ]
         print(f"{label}: {shlex.join(command)}", flush=True)
         if args.dry_run:
             continue

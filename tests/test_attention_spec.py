@@ -4,15 +4,13 @@ import math
 
 import pytest
 import torch
-
-from blockbert_hf import BlockBertModel, blockwise_attentions_to_dense, sparse_fixed_pattern
-from blockbert_hf import modeling_blockbert
-
 from conftest import make_model, random_batch, tiny_config
+
+from blockbert_hf import BlockBertModel, blockwise_attentions_to_dense, modeling_blockbert, sparse_fixed_pattern
 
 
 def spec_mask(config, key_is_real: torch.Tensor) -> torch.Tensor:
-    """M[b, h, t, u] from SPEC: beta(u) == (beta(t) + s_h) mod n and u is a real token, on the sequence padded to n*b."""
+    """M[b, h, t, u]: beta(u) == (beta(t) + s_h) mod n and u is a real token, on the sequence padded to n * b."""
     n, b = config.num_blocks, config.block_size
     batch, seq_len = key_is_real.shape
     padded = torch.zeros(batch, n * b, dtype=torch.bool)
@@ -87,8 +85,12 @@ def test_equals_dense_masked_reference(num_blocks, heads_per_shift, lengths, att
     torch.testing.assert_close(captured["context"][real], expected[real], atol=1e-5, rtol=1e-5)
     if attn_implementation == "eager":
         dense = blockwise_attentions_to_dense(captured["weights"], config, seq_len)
-        torch.testing.assert_close(dense[real[:, None, :, None].expand_as(dense)],
-                                   expected_probs[real[:, None, :, None].expand_as(dense)], atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(
+            dense[real[:, None, :, None].expand_as(dense)],
+            expected_probs[real[:, None, :, None].expand_as(dense)],
+            atol=1e-6,
+            rtol=1e-5,
+        )
 
 
 def test_block_size_larger_than_default_follows_the_rule():
@@ -144,8 +146,13 @@ def test_autocast_with_empty_blocks_has_no_nan_in_outputs_or_gradients(dtype, at
 
 @pytest.mark.parametrize("attention_pattern", ["blockwise", "full", "sparse_fixed"])
 def test_padding_invariance(attention_pattern):
-    config = tiny_config(num_blocks=3, heads_per_shift=[2, 1, 1], attention_pattern=attention_pattern,
-                         sparse_stride=16, sparse_expressivity=4)
+    config = tiny_config(
+        num_blocks=3,
+        heads_per_shift=[2, 1, 1],
+        attention_pattern=attention_pattern,
+        sparse_stride=16,
+        sparse_expressivity=4,
+    )
     model = BlockBertModel(config).eval()
     generator = torch.Generator().manual_seed(1)
     lengths = torch.randint(1, 65, (6,), generator=generator).tolist()
@@ -171,7 +178,9 @@ def test_short_input_sees_full_attention_in_shift_zero_heads_and_zero_elsewhere(
         captured, _ = capture_first_attention(model, input_ids, attention_mask)
         hidden = captured["hidden"]
         attention = model.encoder.layer[0].attention.self
-        q, k, v = (p(hidden).view(2, 32, 4, 8).transpose(1, 2) for p in (attention.query, attention.key, attention.value))
+        q, k, v = (
+            p(hidden).view(2, 32, 4, 8).transpose(1, 2) for p in (attention.query, attention.key, attention.value)
+        )
         key_mask = attention_mask.bool()[:, None, None, :]
         full, _ = dense_reference(q[:, :3], k[:, :3], v[:, :3], key_mask)
     context = captured["context"].view(2, 32, 4, 8)
@@ -235,7 +244,9 @@ def test_sparse_fixed_density_matches_paper(seq_len, paper_density):
 
 @pytest.mark.parametrize("attention_pattern", ["full", "sparse_fixed"])
 def test_dense_patterns_equal_their_masked_reference(attention_pattern):
-    config = tiny_config(attention_pattern=attention_pattern, sparse_stride=8, sparse_expressivity=2, num_hidden_layers=1)
+    config = tiny_config(
+        attention_pattern=attention_pattern, sparse_stride=8, sparse_expressivity=2, num_hidden_layers=1
+    )
     model = BlockBertModel(config).eval()
     lengths = [64, 37, 3]
     input_ids, attention_mask = random_batch(lengths, 64)

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 import torch
+from conftest import REPO_ROOT
 
 from blockbert_hf.benchmarking import (
     CANDIDATES,
@@ -30,8 +31,6 @@ from blockbert_hf.benchmarking import (
     write_file_atomically,
 )
 
-from conftest import REPO_ROOT
-
 
 BENCHMARKS = REPO_ROOT / "benchmarks"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -48,7 +47,9 @@ def load_script(name):
 def run_quick(name, output_dir):
     completed = subprocess.run(
         [sys.executable, str(BENCHMARKS / f"{name}.py"), "--quick", "--output_dir", str(output_dir)],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     for suffix in ("json", "md", "png"):
@@ -213,8 +214,10 @@ def test_fit_line_recovers_a_line_and_needs_two_distinct_points():
 
 
 def test_ratios_to_an_anchor_are_paired_by_round():
-    results = {"anchor": {"median_s": 2.0, "times_s": [1.0, 2.0, 4.0]},
-               "other": {"median_s": 1.0, "times_s": [0.5, 1.0, 2.0]}}
+    results = {
+        "anchor": {"median_s": 2.0, "times_s": [1.0, 2.0, 4.0]},
+        "other": {"median_s": 1.0, "times_s": [0.5, 1.0, 2.0]},
+    }
     ratios = ratios_to(results, "anchor")
     assert ratios["other"] == {"ratio_of_medians": 0.5, "median_paired_ratio": 0.5}
     assert ratios["anchor"]["median_paired_ratio"] == 1.0
@@ -235,21 +238,51 @@ def test_parse_grid_and_candidates_explain_bad_input():
 
 
 def test_targets_table_says_met_missed_or_not_measured():
-    section = {"batch_size": 4, "seq_len": 1024, "rows": {
-        "blockbert-n2-sdpa": {"peak_bytes": 70, "times_s": [9.0, 9.9, 7.2]},
-        "roberta-eager": {"peak_bytes": 100}, "roberta-sdpa": {"peak_bytes": 60, "times_s": [10.0, 11.0, 7.0]},
-        "blockbert-n2-sdpa-sparse": {"times_s": [6.0, 7.0, 9.0]},
-        "blockbert-full-sdpa-sparse": {"times_s": [10.0, 10.0, 10.0]},
-    }}
+    section = {
+        "batch_size": 4,
+        "seq_len": 1024,
+        "rows": {
+            "blockbert-n2-sdpa": {"peak_bytes": 70, "times_s": [9.0, 9.9, 7.2]},
+            "roberta-eager": {"peak_bytes": 100},
+            "roberta-sdpa": {"peak_bytes": 60, "times_s": [10.0, 11.0, 7.0]},
+            "blockbert-n2-sdpa-sparse": {"times_s": [6.0, 7.0, 9.0]},
+            "blockbert-full-sdpa-sparse": {"times_s": [10.0, 10.0, 10.0]},
+        },
+    }
     targets = [
-        dict(what="memory", section=dict(seq_len=1024), model="blockbert-n2-sdpa", anchor="roberta-eager",
-             at_most=0.73, kind="memory", memory_field="peak_bytes"),
-        dict(what="time", section=dict(seq_len=1024), model="blockbert-n2-sdpa", anchor="roberta-sdpa",
-             at_most=0.85, kind="time"),
-        dict(what="elsewhere", section=dict(seq_len=4096), model="blockbert-n2-sdpa", anchor="roberta-sdpa",
-             at_most=0.8, kind="time"),
-        dict(what="other anchor", section=dict(seq_len=1024), model="blockbert-n2-sdpa-sparse",
-             anchor="blockbert-full-sdpa-sparse", at_most=0.85, kind="time"),
+        dict(
+            what="memory",
+            section=dict(seq_len=1024),
+            model="blockbert-n2-sdpa",
+            anchor="roberta-eager",
+            at_most=0.73,
+            kind="memory",
+            memory_field="peak_bytes",
+        ),
+        dict(
+            what="time",
+            section=dict(seq_len=1024),
+            model="blockbert-n2-sdpa",
+            anchor="roberta-sdpa",
+            at_most=0.85,
+            kind="time",
+        ),
+        dict(
+            what="elsewhere",
+            section=dict(seq_len=4096),
+            model="blockbert-n2-sdpa",
+            anchor="roberta-sdpa",
+            at_most=0.8,
+            kind="time",
+        ),
+        dict(
+            what="other anchor",
+            section=dict(seq_len=1024),
+            model="blockbert-n2-sdpa-sparse",
+            anchor="blockbert-full-sdpa-sparse",
+            at_most=0.85,
+            kind="time",
+        ),
     ]
     lines = targets_table(targets, [section]).splitlines()[2:]
     assert lines[0].endswith("| 0.700 | yes |")
@@ -302,8 +335,9 @@ def test_memory_regression_fit_without_a_quadratic_term_in_the_reference():
     script = load_script("memory_regression")
     candidates = parse_candidates("blockbert-full-sdpa,blockbert-n2-sdpa")
     flat = [dict(model="blockbert-full-sdpa", seq_len=n, status="ok", activation_bytes=4 * GIB) for n in (256, 512)]
-    rising = [dict(model="blockbert-n2-sdpa", seq_len=n, status="ok", activation_bytes=4 * GIB + n * MIB)
-              for n in (256, 512)]
+    rising = [
+        dict(model="blockbert-n2-sdpa", seq_len=n, status="ok", activation_bytes=4 * GIB + n * MIB) for n in (256, 512)
+    ]
     fits = script.fit_all(flat + rising, candidates)
     assert fits["blockbert-n2-sdpa"]["reference"] == "blockbert-full-sdpa"
     assert "slope_ratio" not in fits["blockbert-n2-sdpa"]
@@ -314,8 +348,14 @@ def test_memory_regression_quick_mode(tmp_path):
     results, markdown = run_quick("memory_regression", tmp_path)
     assert {p["status"] for p in results["points"]} == {"ok"}
     fits = results["fits"]
-    assert set(fits) == {"blockbert-full-eager", "blockbert-n2-eager", "blockbert-n3-eager",
-                         "blockbert-full-sdpa", "blockbert-n2-sdpa", "blockbert-n3-sdpa"}
+    assert set(fits) == {
+        "blockbert-full-eager",
+        "blockbert-n2-eager",
+        "blockbert-n3-eager",
+        "blockbert-full-sdpa",
+        "blockbert-n2-sdpa",
+        "blockbert-n3-sdpa",
+    }
     # Memory is deterministic: the blockwise O(N^2) slope is the full one divided by n (paper Table 2).
     for kernel in ("eager", "sdpa"):
         assert fits[f"blockbert-n2-{kernel}"]["slope_ratio"] == pytest.approx(1 / 2, abs=0.05)

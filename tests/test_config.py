@@ -1,9 +1,8 @@
 import pytest
-
-from blockbert_hf import BlockBertConfig, default_heads_per_shift, parse_heads_per_shift
+from conftest import tiny_config
 from transformers import AutoConfig
 
-from conftest import tiny_config
+from blockbert_hf import BlockBertConfig, default_heads_per_shift, parse_heads_per_shift
 
 
 def test_defaults_follow_spec():

@@ -7,6 +7,7 @@ import json
 import huggingface_hub
 import pytest
 import torch
+from conftest import REPO_ROOT, SAMPLE_TEXT
 from tokenizers import BertWordPieceTokenizer
 from transformers import (
     AutoModelForMaskedLM,
@@ -34,8 +35,6 @@ from blockbert_hf.conversion import (
 )
 from blockbert_hf.tokenization import read_text_lines
 
-from conftest import REPO_ROOT, SAMPLE_TEXT
-
 
 TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
 SENTENCES = sample_sentences(SAMPLE_TEXT, 4)
@@ -54,8 +53,13 @@ def bert_tokenizer_folder(tmp_path_factory):
     """A lower-cased WordPiece tokenizer trained on the bundled sample ([PAD] = 0, as in BERT)."""
     folder = tmp_path_factory.mktemp("bert-tokenizer")
     wordpiece = BertWordPieceTokenizer(lowercase=True)
-    wordpiece.train_from_iterator(read_text_lines(SAMPLE_TEXT), vocab_size=600, min_frequency=2,
-                                  special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"], show_progress=False)
+    wordpiece.train_from_iterator(
+        read_text_lines(SAMPLE_TEXT),
+        vocab_size=600,
+        min_frequency=2,
+        special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
+        show_progress=False,
+    )
     wordpiece.save_model(str(folder))
     BertTokenizer(vocab=str(folder / "vocab.txt"), model_max_length=64).save_pretrained(folder)
     return folder
@@ -75,8 +79,14 @@ def roberta_mlm(tmp_path, tokenizer):
 
 def _bert(model_class, folder, tokenizer_folder, **overrides):
     tokenizer = BertTokenizer.from_pretrained(tokenizer_folder)
-    fields = dict(vocab_size=len(tokenizer), max_position_embeddings=64, type_vocab_size=2, pad_token_id=0,
-                  layer_norm_eps=1e-12, **TINY)
+    fields = dict(
+        vocab_size=len(tokenizer),
+        max_position_embeddings=64,
+        type_vocab_size=2,
+        pad_token_id=0,
+        layer_norm_eps=1e-12,
+        **TINY,
+    )
     fields.update(overrides)
     return _save(model_class(BertConfig(**fields)), tokenizer, folder)
 
@@ -122,8 +132,9 @@ def test_roberta_mlm_converts_weight_for_weight_and_n1_logits_are_equal(roberta_
 
 
 def test_bert_mlm_converts_with_bert_positions_token_types_and_head(tmp_path, bert_tokenizer_folder):
-    source = _bert(BertForMaskedLM, tmp_path / "bert-mlm", bert_tokenizer_folder, layer_norm_eps=1e-7,
-                   hidden_act="gelu")
+    source = _bert(
+        BertForMaskedLM, tmp_path / "bert-mlm", bert_tokenizer_folder, layer_norm_eps=1e-7, hidden_act="gelu"
+    )
     converted = convert_checkpoint(source, num_blocks=2, heads_per_shift=[3, 1], max_seq_length=128)
     config = converted.config
     assert type(converted.model) is BlockBertForMaskedLM
@@ -190,9 +201,13 @@ def test_extend_position_embeddings_rule():
 
 def test_map_source_key_names():
     assert map_source_key("bert.encoder.layer.0.attention.self.query.weight", "bert", True) == (
-        "base", "encoder.layer.0.attention.self.query.weight")
+        "base",
+        "encoder.layer.0.attention.self.query.weight",
+    )
     assert map_source_key("cls.predictions.transform.LayerNorm.weight", "bert", True) == (
-        "lm_head", "layer_norm.weight")
+        "lm_head",
+        "layer_norm.weight",
+    )
     assert map_source_key("cls.predictions.bias", "bert", True) == ("lm_head", "bias")
     assert map_source_key("cls.seq_relationship.weight", "bert", True) is None
     assert map_source_key("lm_head.dense.bias", "roberta", True) == ("lm_head", "dense.bias")
@@ -204,20 +219,32 @@ def test_bert_for_pretraining_needs_the_nsp_head_and_pooler_dropped_explicitly(t
     with pytest.raises(ConversionError, match="cls.seq_relationship.weight") as error:
         convert_checkpoint(source, num_blocks=2, heads_per_shift="3:1")
     assert "bert.pooler.dense.weight" in str(error.value) and "--drop_source_keys" in str(error.value)
-    converted = convert_checkpoint(source, num_blocks=2, heads_per_shift="3:1",
-                                   drop_source_keys=["cls.seq_relationship.", "bert.pooler."])
-    assert sorted(converted.dropped) == ["bert.pooler.dense.bias", "bert.pooler.dense.weight",
-                                         "cls.seq_relationship.bias", "cls.seq_relationship.weight"]
+    converted = convert_checkpoint(
+        source, num_blocks=2, heads_per_shift="3:1", drop_source_keys=["cls.seq_relationship.", "bert.pooler."]
+    )
+    assert sorted(converted.dropped) == [
+        "bert.pooler.dense.bias",
+        "bert.pooler.dense.weight",
+        "cls.seq_relationship.bias",
+        "cls.seq_relationship.weight",
+    ]
     assert all(check.passed for check in verify_conversion(converted, SENTENCES))
 
 
 def test_headless_source_to_masked_lm_initialises_the_head_and_says_so(tmp_path, bert_tokenizer_folder):
     source = _bert(BertModel, tmp_path / "bert", bert_tokenizer_folder)
-    converted = convert_checkpoint(source, num_blocks=2, heads_per_shift="3:1", target_class="BlockBertForMaskedLM",
-                                   drop_source_keys=["pooler."])
+    converted = convert_checkpoint(
+        source, num_blocks=2, heads_per_shift="3:1", target_class="BlockBertForMaskedLM", drop_source_keys=["pooler."]
+    )
     assert type(converted.model) is BlockBertForMaskedLM
-    assert converted.initialised == ["lm_head.bias", "lm_head.decoder.bias", "lm_head.dense.bias",
-                                     "lm_head.dense.weight", "lm_head.layer_norm.bias", "lm_head.layer_norm.weight"]
+    assert converted.initialised == [
+        "lm_head.bias",
+        "lm_head.decoder.bias",
+        "lm_head.dense.bias",
+        "lm_head.dense.weight",
+        "lm_head.layer_norm.bias",
+        "lm_head.layer_norm.weight",
+    ]
     assert any("initialised" in note for note in converted.notes)
     # The encoder is still the source's: hidden states agree at n = 1.
     assert _n1_check(verify_conversion(converted, SENTENCES)).max_abs_diff < 1e-5
@@ -227,10 +254,12 @@ def _run_example(args):
     return _load_example().main([str(arg) for arg in args])
 
 
-@pytest.mark.parametrize("case", ["unknown_architecture", "shorter_n", "bad_heads", "missing_folder", "hub_offline",
-                                  "leftover_keys"])
-def test_bad_inputs_give_clear_errors_and_write_nothing(case, tmp_path, tokenizer, roberta_mlm, bert_tokenizer_folder,
-                                                        capsys, monkeypatch):
+@pytest.mark.parametrize(
+    "case", ["unknown_architecture", "shorter_n", "bad_heads", "missing_folder", "hub_offline", "leftover_keys"]
+)
+def test_bad_inputs_give_clear_errors_and_write_nothing(
+    case, tmp_path, tokenizer, roberta_mlm, bert_tokenizer_folder, capsys, monkeypatch
+):
     output = tmp_path / "converted"
     args = {
         "shorter_n": ([roberta_mlm, output, "--max_seq_length", "32"], "smaller than the source's sequence length"),

@@ -7,6 +7,7 @@ import textwrap
 
 import pytest
 import torch
+from conftest import make_model, random_batch, tiny_config
 from transformers import (
     AutoModel,
     AutoModelForMaskedLM,
@@ -33,18 +34,26 @@ from blockbert_hf import (
 from blockbert_hf.saving import save_atomically
 from blockbert_hf.tokenization import match_tokenizer_to_config
 
-from conftest import make_model, random_batch, tiny_config
-
 
 ROBERTA_FIELDS = dict(
-    vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-    max_position_embeddings=66, type_vocab_size=1, layer_norm_eps=1e-5, pad_token_id=1,
-    hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+    vocab_size=120,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=64,
+    max_position_embeddings=66,
+    type_vocab_size=1,
+    layer_norm_eps=1e-5,
+    pad_token_id=1,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
 )
 
 
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
-@pytest.mark.parametrize("blockbert_class, roberta_class", [(BlockBertModel, RobertaModel), (BlockBertForMaskedLM, RobertaForMaskedLM)])
+@pytest.mark.parametrize(
+    "blockbert_class, roberta_class", [(BlockBertModel, RobertaModel), (BlockBertForMaskedLM, RobertaForMaskedLM)]
+)
 def test_one_block_reproduces_roberta(blockbert_class, roberta_class, attn_implementation):
     roberta = make_model(roberta_class, RobertaConfig(**ROBERTA_FIELDS), attn_implementation)
     blockbert = make_model(blockbert_class, tiny_config(num_blocks=1), attn_implementation)
@@ -59,10 +68,21 @@ def test_one_block_reproduces_roberta(blockbert_class, roberta_class, attn_imple
 
 
 def test_one_block_reproduces_bert_with_bert_positions():
-    bert_fields = dict(ROBERTA_FIELDS, max_position_embeddings=64, type_vocab_size=2, layer_norm_eps=1e-12, pad_token_id=0)
+    bert_fields = dict(
+        ROBERTA_FIELDS, max_position_embeddings=64, type_vocab_size=2, layer_norm_eps=1e-12, pad_token_id=0
+    )
     bert = make_model(BertModel, BertConfig(**bert_fields))
-    blockbert = make_model(BlockBertModel, tiny_config(num_blocks=1, position_embedding_style="bert", **{
-        k: bert_fields[k] for k in ("max_position_embeddings", "type_vocab_size", "layer_norm_eps", "pad_token_id")}))
+    blockbert = make_model(
+        BlockBertModel,
+        tiny_config(
+            num_blocks=1,
+            position_embedding_style="bert",
+            **{
+                k: bert_fields[k]
+                for k in ("max_position_embeddings", "type_vocab_size", "layer_norm_eps", "pad_token_id")
+            },
+        ),
+    )
     result = blockbert.load_state_dict(bert.state_dict(), strict=True)
     assert not result.missing_keys and not result.unexpected_keys
     input_ids, attention_mask = random_batch([64, 30], 64, pad_token_id=0)
@@ -85,7 +105,12 @@ def test_heads_forward_and_losses():
     assert out.logits.shape == (2, 40, 120) and out.loss.ndim == 0
 
     qa = BlockBertForQuestionAnswering(tiny_config())
-    out = qa(input_ids, attention_mask=attention_mask, start_positions=torch.tensor([3, 4]), end_positions=torch.tensor([5, 6]))
+    out = qa(
+        input_ids,
+        attention_mask=attention_mask,
+        start_positions=torch.tensor([3, 4]),
+        end_positions=torch.tensor([5, 6]),
+    )
     assert out.start_logits.shape == (2, 40) and torch.isfinite(out.loss)
 
     seq = BlockBertForSequenceClassification(config)
@@ -97,7 +122,11 @@ def test_heads_forward_and_losses():
     assert out.logits.shape == (2, 40, 3) and torch.isfinite(out.loss)
 
     mc = BlockBertForMultipleChoice(config)
-    out = mc(input_ids[:, None].expand(2, 4, 40), attention_mask=attention_mask[:, None].expand(2, 4, 40), labels=torch.tensor([1, 3]))
+    out = mc(
+        input_ids[:, None].expand(2, 4, 40),
+        attention_mask=attention_mask[:, None].expand(2, 4, 40),
+        labels=torch.tensor([1, 3]),
+    )
     assert out.logits.shape == (2, 4) and torch.isfinite(out.loss)
     out.loss.backward()
 
@@ -109,16 +138,24 @@ def test_save_load_round_trip_keeps_weights_tied(tmp_path):
     assert (tmp_path / "model.safetensors").exists()
     assert (tmp_path / "modeling_blockbert.py").exists() and (tmp_path / "configuration_blockbert.py").exists()
     auto_map = json.loads((tmp_path / "config.json").read_text())["auto_map"]
-    assert set(auto_map) >= {"AutoConfig", "AutoModel", "AutoModelForMaskedLM", "AutoModelForQuestionAnswering",
-                             "AutoModelForSequenceClassification", "AutoModelForTokenClassification",
-                             "AutoModelForMultipleChoice"}
+    assert set(auto_map) >= {
+        "AutoConfig",
+        "AutoModel",
+        "AutoModelForMaskedLM",
+        "AutoModelForQuestionAnswering",
+        "AutoModelForSequenceClassification",
+        "AutoModelForTokenClassification",
+        "AutoModelForMultipleChoice",
+    }
     loaded = AutoModelForMaskedLM.from_pretrained(tmp_path).eval()
     assert type(loaded) is BlockBertForMaskedLM
     assert loaded.lm_head.decoder.weight.data_ptr() == loaded.roberta.embeddings.word_embeddings.weight.data_ptr()
     input_ids, attention_mask = random_batch([30, 12], 30)
     with torch.no_grad():
-        torch.testing.assert_close(loaded(input_ids, attention_mask=attention_mask).logits,
-                                   model(input_ids, attention_mask=attention_mask).logits)
+        torch.testing.assert_close(
+            loaded(input_ids, attention_mask=attention_mask).logits,
+            model(input_ids, attention_mask=attention_mask).logits,
+        )
 
 
 def test_trust_remote_code_without_the_package(tmp_path, tokenizer):
@@ -160,9 +197,14 @@ def test_trust_remote_code_without_the_package(tmp_path, tokenizer):
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.split("\n")
-    assert float(next(l for l in lines if l.startswith("max_diff")).split()[1]) < 1e-5
-    for name in ("BlockBertForMaskedLM", "BlockBertForQuestionAnswering", "BlockBertForSequenceClassification",
-                 "BlockBertForTokenClassification", "BlockBertForMultipleChoice"):
+    assert float(next(line for line in lines if line.startswith("max_diff")).split()[1]) < 1e-5
+    for name in (
+        "BlockBertForMaskedLM",
+        "BlockBertForQuestionAnswering",
+        "BlockBertForSequenceClassification",
+        "BlockBertForTokenClassification",
+        "BlockBertForMultipleChoice",
+    ):
         assert name in lines
     assert "model_max_length 64" in lines, result.stdout
 
@@ -192,9 +234,17 @@ def test_trainer_runs_and_lowers_the_loss(tmp_path):
     model = BlockBertForSequenceClassification(config)
     input_ids, attention_mask = random_batch([40] * 16, 40)
     labels = (input_ids[:, 0] % 2).long()
-    dataset = [dict(input_ids=i, attention_mask=m, labels=l) for i, m, l in zip(input_ids, attention_mask, labels)]
-    args = TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=8, num_train_epochs=15,
-                             learning_rate=3e-3, report_to=[], save_strategy="no", logging_steps=1, use_cpu=True)
+    dataset = [dict(input_ids=i, attention_mask=m, labels=y) for i, m, y in zip(input_ids, attention_mask, labels)]
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=8,
+        num_train_epochs=15,
+        learning_rate=3e-3,
+        report_to=[],
+        save_strategy="no",
+        logging_steps=1,
+        use_cpu=True,
+    )
     trainer = Trainer(model=model, args=args, train_dataset=dataset)
     trainer.train()
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
@@ -211,7 +261,7 @@ def test_gradient_checkpointing_gives_identical_gradients():
         if checkpointing:
             model.activation_checkpointing_enable()
         calls = []
-        model.roberta.encoder.layer[0].attention.register_forward_hook(lambda *args: calls.append(1))
+        model.roberta.encoder.layer[0].attention.register_forward_hook(lambda *args, calls=calls: calls.append(1))
         labels = input_ids.masked_fill(~attention_mask.bool(), -100)
         model(input_ids, attention_mask=attention_mask, labels=labels).loss.backward()
         gradients.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})

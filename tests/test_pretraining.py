@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from conftest import REPO_ROOT, SAMPLE_TEXT
 from safetensors.torch import load_file
 from transformers import AutoTokenizer, RobertaConfig, RobertaForMaskedLM
 
@@ -30,17 +31,31 @@ from blockbert_hf.pretraining import (
     tokenize_and_pack,
 )
 
-from conftest import REPO_ROOT, SAMPLE_TEXT
-
 
 def _tiny_args(output_dir, **overrides) -> PretrainingArguments:
     """2 layers, hidden 32, N = 64, n = 2: 8 sequences per step as 2 micro-batches of 4; 6 steps."""
     fields = dict(
-        output_dir=str(output_dir), train_files=[str(SAMPLE_TEXT)], document_boundary="heading",
-        validation_split_percentage=20, train_tokenizer_vocab_size=1000, max_seq_length=64, num_hidden_layers=2,
-        hidden_size=32, num_attention_heads=4, num_blocks=2, heads_per_shift="3:1", tokens_per_batch=512,
-        per_device_train_batch_size=4, max_train_steps=6, checkpointing_steps=3, logging_steps=1, eval_steps=3,
-        learning_rate=1e-2, num_warmup_steps=1, report_to="none", max_eval_sequences=24,
+        output_dir=str(output_dir),
+        train_files=[str(SAMPLE_TEXT)],
+        document_boundary="heading",
+        validation_split_percentage=20,
+        train_tokenizer_vocab_size=1000,
+        max_seq_length=64,
+        num_hidden_layers=2,
+        hidden_size=32,
+        num_attention_heads=4,
+        num_blocks=2,
+        heads_per_shift="3:1",
+        tokens_per_batch=512,
+        per_device_train_batch_size=4,
+        max_train_steps=6,
+        checkpointing_steps=3,
+        logging_steps=1,
+        eval_steps=3,
+        learning_rate=1e-2,
+        num_warmup_steps=1,
+        report_to="none",
+        max_eval_sequences=24,
     )
     fields.update(overrides)
     return PretrainingArguments(**fields)
@@ -63,12 +78,17 @@ def _losses(output_dir) -> dict:
 
 
 def test_document_boundaries(tmp_path):
-    text = (" = First = \n\n Some text\nwrapped here .\n\n More .\n\n = = Section = = \n\n Tail .\n\n"
-            " = Second = \n\n Other .\n")
+    text = (
+        " = First = \n\n Some text\nwrapped here .\n\n More .\n\n = = Section = = \n\n Tail .\n\n"
+        " = Second = \n\n Other .\n"
+    )
     assert list(split_documents(text.splitlines(), "file")) == [
-        "= First =\nSome text wrapped here .\nMore .\n= = Section = =\nTail .\n= Second =\nOther ."]
+        "= First =\nSome text wrapped here .\nMore .\n= = Section = =\nTail .\n= Second =\nOther ."
+    ]
     assert list(split_documents(text.splitlines(), "heading")) == [
-        "= First =\nSome text wrapped here .\nMore .\n= = Section = =\nTail .", "= Second =\nOther ."]
+        "= First =\nSome text wrapped here .\nMore .\n= = Section = =\nTail .",
+        "= Second =\nOther .",
+    ]
     assert list(split_documents(text.splitlines(), "blank_line"))[:2] == ["= First =", "Some text wrapped here ."]
     with pytest.raises(ValueError, match="document_boundary"):
         list(split_documents([], "paragraph"))
@@ -111,8 +131,10 @@ def test_packing_fills_to_n_and_never_crosses_documents(tokenizer):
 
 
 def test_masking_rate_and_80_10_10(tokenizer):
-    sequences = [{"input_ids": [0] + torch.randint(5, len(tokenizer), (62,)).tolist() + [2], "sequence_id": i}
-                 for i in range(300)]
+    sequences = [
+        {"input_ids": [0] + torch.randint(5, len(tokenizer), (62,)).tolist() + [2], "sequence_id": i}
+        for i in range(300)
+    ]
     batch = MaskingCollator(tokenizer, seed=0, epoch=0)(sequences)
     original = torch.tensor([s["input_ids"] for s in sequences])
     masked = batch["labels"] != -100
@@ -127,8 +149,10 @@ def test_masking_rate_and_80_10_10(tokenizer):
 
 
 def test_masks_depend_only_on_seed_epoch_and_sequence(tokenizer):
-    sequences = [{"input_ids": [0] + list(range(5, 5 + length)) + [2], "sequence_id": i}
-                 for i, length in enumerate([40, 62, 10, 55])]
+    sequences = [
+        {"input_ids": [0] + list(range(5, 5 + length)) + [2], "sequence_id": i}
+        for i, length in enumerate([40, 62, 10, 55])
+    ]
     collator = MaskingCollator(tokenizer, seed=3, epoch=1)
     together = collator(sequences)
     alone = collator([sequences[2]])  # other batch, other padding
@@ -194,13 +218,29 @@ def test_runs_with_other_seeds_are_validated_on_the_same_masked_tokens(tmp_path)
 
 
 def test_a_saved_model_is_scored_as_the_run_scored_it(tmp_path):
-    args = _tiny_args(tmp_path / "run", max_train_steps=2, checkpointing_steps=0, validation_split_percentage=0,
-                      validation_files=[str(SAMPLE_TEXT)])
+    args = _tiny_args(
+        tmp_path / "run",
+        max_train_steps=2,
+        checkpointing_steps=0,
+        validation_split_percentage=0,
+        validation_files=[str(SAMPLE_TEXT)],
+    )
     results = run_pretraining(args)
     completed = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "examples" / "evaluate_mlm.py"), str(tmp_path / "run" / "final_model"),
-         "--validation_files", str(SAMPLE_TEXT), "--document_boundary", "heading", "--max_eval_sequences", "24"],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            str(REPO_ROOT / "examples" / "evaluate_mlm.py"),
+            str(tmp_path / "run" / "final_model"),
+            "--validation_files",
+            str(SAMPLE_TEXT),
+            "--document_boundary",
+            "heading",
+            "--max_eval_sequences",
+            "24",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     scored = json.loads(completed.stdout.strip().splitlines()[-1])
@@ -212,15 +252,31 @@ def test_a_saved_model_is_scored_as_the_run_scored_it(tmp_path):
 
 def test_continues_from_a_converted_checkpoint_with_other_blocks(tmp_path, tokenizer):
     """RoBERTa -> BlockBERT n = 1 (conversion), then pre-training it as n = 2 [3, 1] with --model_name_or_path."""
-    roberta = RobertaForMaskedLM(RobertaConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2,
-                                               num_attention_heads=4, intermediate_size=64, max_position_embeddings=66))
+    roberta = RobertaForMaskedLM(
+        RobertaConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=64,
+            max_position_embeddings=66,
+        )
+    )
     roberta.save_pretrained(tmp_path / "roberta")
     tokenizer.save_pretrained(tmp_path / "roberta")
     converted = convert_checkpoint(str(tmp_path / "roberta"), num_blocks=1)
     save_converted(converted, tmp_path / "converted", conversion_summary(converted, None))
-    args = _tiny_args(tmp_path / "run", model_name_or_path=str(tmp_path / "converted"), train_tokenizer_vocab_size=None,
-                      num_hidden_layers=None, hidden_size=None, num_attention_heads=None, max_train_steps=2,
-                      checkpointing_steps=None, eval_steps=None)
+    args = _tiny_args(
+        tmp_path / "run",
+        model_name_or_path=str(tmp_path / "converted"),
+        train_tokenizer_vocab_size=None,
+        num_hidden_layers=None,
+        hidden_size=None,
+        num_attention_heads=None,
+        max_train_steps=2,
+        checkpointing_steps=None,
+        eval_steps=None,
+    )
     results = run_pretraining(args)
     assert results["finished"] and results["model"]["num_blocks"] == 2 and results["model"]["block_size"] == 32
     assert results["model"]["heads_per_shift"] == [3, 1] and results["parameters"] == converted.model.num_parameters()
@@ -253,17 +309,37 @@ def test_two_processes_match_one_process(tmp_path):
 
     Launched as `ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes 2`: with accelerate 1.15,
     `accelerate launch --num_processes 2 --cpu` starts ONE process unless mpirun is configured (checked below)."""
-    args = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, checkpointing_steps=2, max_train_steps=4,
-                eval_steps=2)
+    args = dict(
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        checkpointing_steps=2,
+        max_train_steps=4,
+        eval_steps=2,
+    )
     run_pretraining(_tiny_args(tmp_path / "one", **args))
     defaults = PretrainingArguments(output_dir="unused")
     script_args = []
     for key, value in vars(_tiny_args(tmp_path / "two", **args)).items():
         if value is not None and (key == "output_dir" or value != getattr(defaults, key)):
             script_args += [f"--{key}"] + ([str(v) for v in value] if isinstance(value, list) else [str(value)])
-    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port",
-               str(_free_port()), str(REPO_ROOT / "examples" / "run_mlm.py"), *script_args]
+    command = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        str(_free_port()),
+        str(REPO_ROOT / "examples" / "run_mlm.py"),
+        *script_args,
+    ]
     environment = {**os.environ, "ACCELERATE_USE_CPU": "1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=environment)
     assert result.returncode == 0, result.stderr[-3000:]

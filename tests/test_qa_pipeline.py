@@ -9,6 +9,7 @@ import textwrap
 import numpy as np
 import pytest
 import torch
+from conftest import SAMPLE_TEXT, tiny_config
 from transformers import (
     BertConfig,
     BertForQuestionAnswering,
@@ -26,8 +27,6 @@ from blockbert_hf.pipeline_question_answering import (
 )
 from blockbert_hf.saving import save_atomically
 from blockbert_hf.tokenization import match_tokenizer_to_config, read_text_lines
-
-from conftest import SAMPLE_TEXT, tiny_config
 
 
 N = 64  # tiny_config's sequence length

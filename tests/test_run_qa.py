@@ -11,6 +11,7 @@ import sys
 import datasets
 import pytest
 import torch
+from conftest import REPO_ROOT, tiny_config
 from safetensors.torch import load_file
 from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
@@ -31,8 +32,6 @@ from blockbert_hf.qa import (
 )
 from blockbert_hf.saving import save_atomically
 from blockbert_hf.tokenization import match_tokenizer_to_config, train_roberta_tokenizer
-
-from conftest import REPO_ROOT, tiny_config
 
 
 SQUAD_V1 = REPO_ROOT / "data" / "samples" / "squad_v1.1_dev_sample.json"

@@ -10,8 +10,8 @@ import os
 import platform
 import resource
 import shlex
-import sys
 import statistics
+import sys
 import tempfile
 import time
 import traceback
@@ -283,8 +283,16 @@ class ModelSize:
 
     @classmethod
     def tiny(cls) -> "ModelSize":
-        return cls(num_layers=2, hidden_size=64, num_heads=4, intermediate_size=128, vocab_size=512,
-                   longformer_window=32, bigbird_block_size=16, bigbird_random_blocks=1)
+        return cls(
+            num_layers=2,
+            hidden_size=64,
+            num_heads=4,
+            intermediate_size=128,
+            vocab_size=512,
+            longformer_window=32,
+            bigbird_block_size=16,
+            bigbird_random_blocks=1,
+        )
 
 
 def build_benchmark_model(
@@ -319,7 +327,10 @@ def build_benchmark_model(
 
         pattern = "full" if candidate.num_blocks == 1 else "blockwise"
         config = bert_base_config(
-            seq_len, **common, attention_pattern=pattern, num_blocks=candidate.num_blocks,
+            seq_len,
+            **common,
+            attention_pattern=pattern,
+            num_blocks=candidate.num_blocks,
             sparse_prediction=candidate.sparse_prediction,
         )
         model = BlockBertForMaskedLM(config) if masked_lm else BlockBertModel(config, add_pooling_layer=False)
@@ -337,7 +348,9 @@ def build_benchmark_model(
         from transformers import BigBirdConfig, BigBirdForMaskedLM, BigBirdModel
 
         config = BigBirdConfig(
-            **common, attention_type="block_sparse", block_size=size.bigbird_block_size,
+            **common,
+            attention_type="block_sparse",
+            block_size=size.bigbird_block_size,
             num_random_blocks=size.bigbird_random_blocks,
         )
         model = BigBirdForMaskedLM(config) if masked_lm else BigBirdModel(config, add_pooling_layer=False)
@@ -421,8 +434,12 @@ def measure_forward(
         synchronized(lambda: model(input_ids=input_ids), device)()
         profiled_s = time.perf_counter() - start
     return dict(
-        model_bytes=parameter_bytes(model), peak_bytes=memory.peak_bytes, rss_growth_bytes=memory.rss_growth_bytes,
-        memory_method=memory.method, profiled_s=profiled_s, attention_used=attention_actually_used(model),
+        model_bytes=parameter_bytes(model),
+        peak_bytes=memory.peak_bytes,
+        rss_growth_bytes=memory.rss_growth_bytes,
+        memory_method=memory.method,
+        profiled_s=profiled_s,
+        attention_used=attention_actually_used(model),
     )
 
 
@@ -456,10 +473,14 @@ def measure_training_step(
         profiled_s = time.perf_counter() - start
     model_bytes, optimizer_bytes = parameter_bytes(model), optimizer_state_bytes(optimizer)
     return dict(
-        model_bytes=model_bytes, optimizer_bytes=optimizer_bytes,
+        model_bytes=model_bytes,
+        optimizer_bytes=optimizer_bytes,
         gradient_bytes=sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad),
-        activation_bytes=memory.peak_bytes, peak_bytes=model_bytes + optimizer_bytes + memory.peak_bytes,
-        rss_growth_bytes=memory.rss_growth_bytes, memory_method=memory.method, profiled_s=profiled_s,
+        activation_bytes=memory.peak_bytes,
+        peak_bytes=model_bytes + optimizer_bytes + memory.peak_bytes,
+        rss_growth_bytes=memory.rss_growth_bytes,
+        memory_method=memory.method,
+        profiled_s=profiled_s,
         attention_used=attention_actually_used(model),
     )
 
@@ -468,7 +489,9 @@ def measure_training_step(
 STEP_PROFILE_GROUPS = {
     "dense layers and MLM head (mm, addmm)": ("aten::mm", "aten::addmm"),
     "attention products (bmm, baddbmm, fused SDPA)": (
-        "aten::bmm", "aten::baddbmm", "aten::_scaled_dot_product_flash_attention_for_cpu",
+        "aten::bmm",
+        "aten::baddbmm",
+        "aten::_scaled_dot_product_flash_attention_for_cpu",
         "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
     ),
     "attention softmax and its gradient": ("aten::_softmax", "aten::_softmax_backward_data"),
@@ -702,7 +725,9 @@ def markdown_table(headers: list[str], rows: list[list]) -> str:
 def add_run_arguments(parser, default_output_dir) -> None:
     """The options every efficiency benchmark takes."""
     parser.add_argument(
-        "--threads", type=int, help="torch threads (default 2, as the issue's CPU targets; 1 with --quick, whose tiny "
+        "--threads",
+        type=int,
+        help="torch threads (default 2, as the issue's CPU targets; 1 with --quick, whose tiny "
         "operations only wait on each other with more)",
     )
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cpu", "cuda"])
@@ -712,12 +737,14 @@ def add_run_arguments(parser, default_output_dir) -> None:
         "temporary folder, so that a quick run never overwrites real results)",
     )
     parser.add_argument(
-        "--memory_budget_gb", type=float,
+        "--memory_budget_gb",
+        type=float,
         help="CPU: the most memory one measurement may take above an idle Python process; a measurement that needs "
         "more is recorded as out of memory (default: 90%% of the memory available when the run starts)",
     )
     parser.add_argument(
-        "--in_process", action="store_true",
+        "--in_process",
+        action="store_true",
         help="measure memory in this process instead of a fresh process per measurement (faster, but a measurement "
         "that exhausts memory can take the whole run down; --quick implies it)",
     )
@@ -775,8 +802,9 @@ def gib(num_bytes: float | None) -> str:
 # --- comparisons of many models over a grid of (batch, length): benchmarks/inference.py and train_step.py ------------
 
 
-def add_comparison_arguments(parser, default_output_dir, default_grid: str, default_models: str, too_slow_s: float,
-                             call: str) -> None:
+def add_comparison_arguments(
+    parser, default_output_dir, default_grid: str, default_models: str, too_slow_s: float, call: str
+) -> None:
     """The options of inference.py and train_step.py (`call`: "forward" or "step", for the help texts)."""
     parser.add_argument("--grid", default=default_grid, help="comma-separated BATCHxLENGTH")
     parser.add_argument("--models", default=default_models, help="comma-separated model keys")
@@ -784,8 +812,9 @@ def add_comparison_arguments(parser, default_output_dir, default_grid: str, defa
     parser.add_argument("--longformer_window", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds (the issue asks for at least 5)")
     parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--too_slow_s", type=float, default=too_slow_s,
-                        help=f"a model whose {call} takes longer: not timed")
+    parser.add_argument(
+        "--too_slow_s", type=float, default=too_slow_s, help=f"a model whose {call} takes longer: not timed"
+    )
     parser.add_argument("--skip_timing", action="store_true", help="measure memory only (no timing pass)")
     add_run_arguments(parser, default_output_dir)
 
@@ -821,8 +850,9 @@ def other_families_note(size: ModelSize) -> str:
     )
 
 
-def build_models_sharing_weights(candidates: list[Candidate], seq_len: int, size: ModelSize, device,
-                                 **build_kwargs) -> dict[str, torch.nn.Module]:
+def build_models_sharing_weights(
+    candidates: list[Candidate], seq_len: int, size: ModelSize, device, **build_kwargs
+) -> dict[str, torch.nn.Module]:
     """`build_benchmark_model` for every candidate; the BlockBERT and RoBERTa models (same parameter names and shapes)
     all use the first one's parameter objects, so a process timing a dozen of them holds one copy of the weights."""
     models, donor = {}, None
@@ -856,8 +886,11 @@ def memory_pass(candidates: list[Candidate], function: Callable[..., dict], kwar
     description = "memory" if args.in_process else "memory (one process each)"
     for candidate in tqdm(candidates, desc=description, leave=False):
         result = run_measurement(
-            function, dict(candidate_key=candidate.key, **kwargs), isolated=not args.in_process,
-            memory_budget_bytes=args.memory_budget_bytes, timeout_s=max(600.0, 3 * too_slow_s + 60),
+            function,
+            dict(candidate_key=candidate.key, **kwargs),
+            isolated=not args.in_process,
+            memory_budget_bytes=args.memory_budget_bytes,
+            timeout_s=max(600.0, 3 * too_slow_s + 60),
             threads=args.threads,
         )
         if result["status"] == "ok" and result["profiled_s"] > too_slow_s:
@@ -921,10 +954,15 @@ def targets_table(targets: list[dict], sections: list[dict]) -> str:
             elif target["kind"] == "memory" and row.get(target["memory_field"]) and anchor.get(target["memory_field"]):
                 measured = row[target["memory_field"]] / anchor[target["memory_field"]]
         verdict = "not measured" if measured is None else ("yes" if measured <= target["at_most"] else "NO")
-        table.append([
-            target["what"], f"{CANDIDATES[target['model']].label} / {CANDIDATES[target['anchor']].label}",
-            f"<= {target['at_most']}", "" if measured is None else f"{measured:.3f}", verdict,
-        ])
+        table.append(
+            [
+                target["what"],
+                f"{CANDIDATES[target['model']].label} / {CANDIDATES[target['anchor']].label}",
+                f"<= {target['at_most']}",
+                "" if measured is None else f"{measured:.3f}",
+                verdict,
+            ]
+        )
     return markdown_table(["target", "ratio", "required", "measured", "met"], table)
 
 
@@ -1011,9 +1049,14 @@ def write_report(
         text += f"## {section['name']}\n\n"
         text += comparison_table(args.candidates, section["rows"], "peak_bytes", memory_title)
         text += "\n"
-    write_file_atomically(output_dir / f"{stem}.json", json.dumps(
-        {"args": {k: v for k, v in vars(args).items() if k != "candidates"}, "sections": sections}, indent=2,
-        default=str))
+    write_file_atomically(
+        output_dir / f"{stem}.json",
+        json.dumps(
+            {"args": {k: v for k, v in vars(args).items() if k != "candidates"}, "sections": sections},
+            indent=2,
+            default=str,
+        ),
+    )
     write_file_atomically(output_dir / f"{stem}.md", text)
     comparison_plot(sections, args.candidates, "peak_bytes", plot_title, output_dir / f"{stem}.png")
     print(text)

@@ -40,7 +40,8 @@ def parse_heads_per_shift(value: str | list[int] | tuple[int, ...]) -> list[int]
 
 
 def default_heads_per_shift(num_attention_heads: int, num_blocks: int) -> list[int]:
-    """SPEC default: every shift ``s > 0`` gets ``max(1, A // 6)`` heads and shift 0 the rest ([10, 2], [8, 2, 2] at A=12)."""
+    """The default head split: every shift ``s > 0`` gets ``max(1, A // 6)`` heads and shift 0 the rest
+    (``[10, 2]`` and ``[8, 2, 2]`` for A = 12)."""
     if num_blocks < 1:
         raise ValueError(f"num_blocks must be >= 1, got {num_blocks}.")
     per_shift = max(1, num_attention_heads // 6)
@@ -178,7 +179,8 @@ class BlockBertConfig(PreTrainedConfig):
         """Raises a `ValueError` that says what to change when the blockwise fields do not fit together."""
         if self.hidden_size % self.num_attention_heads != 0:
             raise ValueError(
-                f"hidden_size ({self.hidden_size}) must be a multiple of num_attention_heads ({self.num_attention_heads})."
+                f"hidden_size ({self.hidden_size}) must be a multiple of num_attention_heads "
+                f"({self.num_attention_heads})."
             )
         if self.attention_pattern not in ATTENTION_PATTERNS:
             raise ValueError(

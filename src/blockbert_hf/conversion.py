@@ -151,8 +151,9 @@ def _check_source_config(source_config, has_mlm_head: bool):
             f"The source uses position_embedding_type={position_type!r}; BlockBERT has absolute learned positions only."
         )
     if getattr(source_config, "is_decoder", False) or getattr(source_config, "add_cross_attention", False):
-        raise ConversionError("The source is configured as a decoder (is_decoder / add_cross_attention); BlockBERT is "
-                              "an encoder only.")
+        raise ConversionError(
+            "The source is configured as a decoder (is_decoder / add_cross_attention); BlockBERT is an encoder only."
+        )
     if source_config.model_type == "bert" and has_mlm_head and source_config.hidden_act != "gelu":
         raise ConversionError(
             f"BERT's MLM head applies hidden_act={source_config.hidden_act!r}, BlockBERT's (RoBERTa's) head applies "
@@ -419,8 +420,11 @@ def _copy_weights(result: ConvertedCheckpoint, has_mlm_head: bool, target_is_mlm
         hints = []
         if unmapped:
             prefixes = sorted({key.rsplit(".", 1)[0] + "." for key in unmapped})
-            pooler_hint = " (or --target_class BlockBertModel to keep a pooler)" if any(
-                "pooler" in key for key in unmapped) else ""
+            pooler_hint = (
+                " (or --target_class BlockBertModel to keep a pooler)"
+                if any("pooler" in key for key in unmapped)
+                else ""
+            )
             hints.append(
                 f"source tensors with no place in {type(model).__name__}: {_format_keys(unmapped)}. If leaving them "
                 f"out is what you want, pass --drop_source_keys {' '.join(prefixes)}{pooler_hint}"
@@ -574,11 +578,21 @@ def verify_conversion(
     short_batch, short_real = _batch(tokenizer, texts, min(short_length, source_length))
     target_outputs = _outputs(model, short_batch)
     if silenced:
-        check(f"{label}: vs source (reported; shift>0 heads output zero)", target_outputs,
-              _outputs(source, short_batch), short_real, None)
+        check(
+            f"{label}: vs source (reported; shift>0 heads output zero)",
+            target_outputs,
+            _outputs(source, short_batch),
+            short_real,
+            None,
+        )
         reference = _silence_heads(one_block, silenced)
-        check(f"{label}: vs n=1 with the {len(silenced)} shift>0 heads silenced", target_outputs,
-              _outputs(reference, short_batch), short_real, tolerance)
+        check(
+            f"{label}: vs n=1 with the {len(silenced)} shift>0 heads silenced",
+            target_outputs,
+            _outputs(reference, short_batch),
+            short_real,
+            tolerance,
+        )
     else:
         check(f"{label}: vs source", target_outputs, _outputs(source, short_batch), short_real, tolerance)
     return checks
@@ -616,8 +630,13 @@ def conversion_summary(converted: ConvertedCheckpoint, checks: Sequence[Verifica
     }
     if checks is not None:
         summary["verification"] = [
-            {"check": c.name, "max_abs_diff": c.max_abs_diff, "tolerance": c.tolerance, "passed": c.passed,
-             "lengths": c.lengths}
+            {
+                "check": c.name,
+                "max_abs_diff": c.max_abs_diff,
+                "tolerance": c.tolerance,
+                "passed": c.passed,
+                "lengths": c.lengths,
+            }
             for c in checks
         ]
     return summary
@@ -648,8 +667,9 @@ def format_report(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def save_converted(converted: ConvertedCheckpoint, output_dir: str | os.PathLike, summary: dict,
-                   overwrite: bool = False) -> Path:
+def save_converted(
+    converted: ConvertedCheckpoint, output_dir: str | os.PathLike, summary: dict, overwrite: bool = False
+) -> Path:
     """Writes model (weights, config, code for `trust_remote_code`), tokenizer (`model_max_length = N`) and
     `conversion_report.json` into one atomic folder; the folder is reloaded first to check the saved weights."""
     output_dir = Path(output_dir)

@@ -825,7 +825,9 @@ class BlockBertForSequenceClassification(BlockBertPreTrainedModel):
 
             if self.config.problem_type == "regression":
                 loss_fct = MSELoss()
-                loss = loss_fct(logits.squeeze(), labels.squeeze()) if self.num_labels == 1 else loss_fct(logits, labels)
+                loss = (
+                    loss_fct(logits.squeeze(), labels.squeeze()) if self.num_labels == 1 else loss_fct(logits, labels)
+                )
             elif self.config.problem_type == "single_label_classification":
                 loss = CrossEntropyLoss()(logits.view(-1, self.num_labels), labels.view(-1))
             else:

@@ -34,6 +34,7 @@ Pipeline:
 """
 
 import contextlib
+import functools
 import hashlib
 import importlib.util
 import json
@@ -86,14 +87,17 @@ class PretrainingArguments:
     text_column: str = field(default="text", metadata={"help": "text field of .jsonl records / hub rows"})
     document_boundary: str = field(default="file", metadata={"help": "file | blank_line | heading (see module doc)"})
     document_heading_regex: str = field(
-        default=WIKITEXT_HEADING, metadata={"help": "with document_boundary=heading: a line that starts a document"})
+        default=WIKITEXT_HEADING, metadata={"help": "with document_boundary=heading: a line that starts a document"}
+    )
     validation_split_percentage: float = field(
-        default=0.0, metadata={"help": "hold out this % of the training documents when there are no validation files"})
+        default=0.0, metadata={"help": "hold out this % of the training documents when there are no validation files"}
+    )
     max_eval_sequences: int | None = field(default=None, metadata={"help": "evaluate on the first K packed sequences"})
     # ---- tokenizer and model
     tokenizer_name: str | None = field(default=None, metadata={"help": "tokenizer folder (default: the model's)"})
     train_tokenizer_vocab_size: int | None = field(
-        default=None, metadata={"help": "train a byte-level BPE tokenizer of this size on the training documents"})
+        default=None, metadata={"help": "train a byte-level BPE tokenizer of this size on the training documents"}
+    )
     model_name_or_path: str | None = field(default=None, metadata={"help": "BlockBERT checkpoint to start from"})
     config_name: str | None = field(default=None, metadata={"help": "BlockBERT config (json/folder) for from scratch"})
     max_seq_length: int = field(default=512, metadata={"help": "N"})
@@ -109,8 +113,12 @@ class PretrainingArguments:
     attention_pattern: str | None = field(default=None, metadata={"help": "blockwise | full | sparse_fixed"})
     attn_implementation: str = field(default="sdpa", metadata={"help": "attention kernel: eager | sdpa"})
     sparse_prediction: bool = field(
-        default=True, metadata={"help": "run the MLM head on the masked positions only while training (same loss, "
-                                        "about 30% faster at hidden 256 / vocab 8k); the saved model has it off"})
+        default=True,
+        metadata={
+            "help": "run the MLM head on the masked positions only while training (same loss, "
+            "about 30% faster at hidden 256 / vocab 8k); the saved model has it off"
+        },
+    )
     # ---- batch and schedule
     tokens_per_batch: int = field(default=131072, metadata={"help": "B x N per optimizer step (paper: 131,072)"})
     per_device_train_batch_size: int = field(default=8, metadata={"help": "sequences per forward pass"})
@@ -135,7 +143,8 @@ class PretrainingArguments:
     save_total_limit: int | None = field(default=2, metadata={"help": "keep the newest K checkpoints"})
     resume_from_checkpoint: str | None = field(default=None, metadata={"help": "'latest' or a checkpoint folder"})
     stop_after_step: int | None = field(
-        default=None, metadata={"help": "stop after this step (schedule unchanged) to resume later"})
+        default=None, metadata={"help": "stop after this step (schedule unchanged) to resume later"}
+    )
     report_to: str = field(default="auto", metadata={"help": "auto (tensorboard if installed) | tensorboard | none"})
     overwrite_output_dir: bool = False
 
@@ -180,8 +189,9 @@ def split_documents(lines: Iterable[str], boundary: str, heading_regex: str = WI
         yield document
 
 
-def read_documents(paths: Sequence[str], boundary: str = "file", heading_regex: str = WIKITEXT_HEADING,
-                   text_column: str = "text") -> list[str]:
+def read_documents(
+    paths: Sequence[str], boundary: str = "file", heading_regex: str = WIKITEXT_HEADING, text_column: str = "text"
+) -> list[str]:
     """Documents of local `.txt`, `.txt.gz` and `.jsonl` files (see the module docstring for `boundary`)."""
     documents = []
     for path in paths:
@@ -195,8 +205,9 @@ def read_documents(paths: Sequence[str], boundary: str = "file", heading_regex: 
                         continue
                     record = json.loads(line)
                     if text_column not in record:
-                        raise ValueError(f"{path}:{number} has no field {text_column!r} (--text_column); it has "
-                                         f"{sorted(record)}.")
+                        raise ValueError(
+                            f"{path}:{number} has no field {text_column!r} (--text_column); it has {sorted(record)}."
+                        )
                     records.append(record[text_column])
             if boundary == "file":  # one record, one document
                 documents.extend(doc for record in records for doc in split_documents([record], "file"))
@@ -210,16 +221,19 @@ def read_documents(paths: Sequence[str], boundary: str = "file", heading_regex: 
     return documents
 
 
-def load_hub_documents(name: str, config_name: str | None, split: str, text_column: str, boundary: str,
-                       heading_regex: str) -> list[str]:
+def load_hub_documents(
+    name: str, config_name: str | None, split: str, text_column: str, boundary: str, heading_regex: str
+) -> list[str]:
     """Documents of a hub dataset split: each row is a document (`"file"`), or rows are lines (otherwise)."""
     import datasets
 
     try:
         rows = datasets.load_dataset(name, config_name, split=split)
     except Exception as error:  # noqa: BLE001 - datasets raises many kinds; all mean "could not load"
-        raise ValueError(f"Could not load the hub dataset {name!r} ({config_name}, split {split!r}): {error}. Without "
-                         "network access, pass local files with --train_files / --validation_files.") from error
+        raise ValueError(
+            f"Could not load the hub dataset {name!r} ({config_name}, split {split!r}): {error}. Without "
+            "network access, pass local files with --train_files / --validation_files."
+        ) from error
     texts = rows[text_column]
     if boundary == "file":
         return [doc for text in texts for doc in split_documents([text], "file")]
@@ -241,8 +255,9 @@ def special_token_template(tokenizer: PreTrainedTokenizerBase) -> tuple[list[int
     raise ValueError(f"Cannot tell {type(tokenizer).__name__}'s special tokens apart from the text.")
 
 
-def pack_documents(token_ids: Sequence[Sequence[int]], seq_len: int, tokenizer: PreTrainedTokenizerBase,
-                   first_document: int = 0) -> dict[str, list]:
+def pack_documents(
+    token_ids: Sequence[Sequence[int]], seq_len: int, tokenizer: PreTrainedTokenizerBase, first_document: int = 0
+) -> dict[str, list]:
     """DOC-SENTENCES packing: cuts each document's tokens into pieces of `seq_len - 2` (plus the special tokens);
     returns `input_ids` and the `document` each sequence comes from (documents are never mixed)."""
     prefix, suffix = special_token_template(tokenizer)
@@ -263,13 +278,22 @@ def tokenize_and_pack(documents: Sequence[str], tokenizer: PreTrainedTokenizerBa
 
     docs = datasets.Dataset.from_dict({"text": list(documents)})
     tokenized = docs.map(
-        lambda batch: {"ids": tokenizer(batch["text"], add_special_tokens=False, return_attention_mask=False,
-                                        verbose=False)["input_ids"]},
-        batched=True, batch_size=64, remove_columns=["text"], desc="tokenizing",
+        lambda batch: {
+            "ids": tokenizer(batch["text"], add_special_tokens=False, return_attention_mask=False, verbose=False)[
+                "input_ids"
+            ]
+        },
+        batched=True,
+        batch_size=64,
+        remove_columns=["text"],
+        desc="tokenizing",
     )
     packed = tokenized.map(
         lambda batch, indices: pack_documents(batch["ids"], seq_len, tokenizer, first_document=indices[0]),
-        batched=True, with_indices=True, remove_columns=["ids"], desc="packing",
+        batched=True,
+        with_indices=True,
+        remove_columns=["ids"],
+        desc="packing",
     )
     return packed.map(lambda batch, indices: {"sequence_id": indices}, batched=True, with_indices=True)
 
@@ -289,8 +313,7 @@ class MaskingCollator:
     """Pads packed sequences and masks them with `DataCollatorForLanguageModeling` (15 %, 80/10/10), each sequence
     with its own generator seeded by `masking_seed(seed, epoch, sequence_id)` (see the module docstring)."""
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, seed: int, epoch: int | str,
-                 mlm_probability: float = 0.15):
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, seed: int, epoch: int | str, mlm_probability: float = 0.15):
         self.mlm = DataCollatorForLanguageModeling(tokenizer, mlm_probability=mlm_probability)
         self.pad_token_id = tokenizer.pad_token_id
         self.seed, self.epoch = seed, epoch
@@ -298,8 +321,9 @@ class MaskingCollator:
     def __call__(self, examples: list[dict]) -> dict[str, torch.Tensor]:
         input_ids, labels = [], []
         for example in examples:
-            self.mlm.generator = torch.Generator().manual_seed(masking_seed(self.seed, self.epoch,
-                                                                            example["sequence_id"]))
+            self.mlm.generator = torch.Generator().manual_seed(
+                masking_seed(self.seed, self.epoch, example["sequence_id"])
+            )
             masked = self.mlm([{"input_ids": example["input_ids"]}])  # one unpadded sequence: masks independent of B
             input_ids.append(masked["input_ids"][0])
             labels.append(masked["labels"][0])
@@ -321,20 +345,24 @@ def training_paragraphs(documents: Iterable[str]) -> Iterator[str]:
         yield from document.split("\n")
 
 
-def prepare_tokenizer(args: PretrainingArguments, documents: Sequence[str] | None, accelerator=None
-                      ) -> PreTrainedTokenizerBase:
+def prepare_tokenizer(
+    args: PretrainingArguments, documents: Sequence[str] | None, accelerator=None
+) -> PreTrainedTokenizerBase:
     """The tokenizer named by `tokenizer_name` / `model_name_or_path`, or one trained on the training documents and
     saved to `output_dir/tokenizer` (by the main process; a resumed run reuses it)."""
     if args.tokenizer_name or args.model_name_or_path:
         return AutoTokenizer.from_pretrained(args.tokenizer_name or args.model_name_or_path)
     if not args.train_tokenizer_vocab_size:
-        raise ValueError("No tokenizer: pass --tokenizer_name FOLDER, --model_name_or_path FOLDER (with its "
-                         "tokenizer) or --train_tokenizer_vocab_size V to train one on the training files.")
+        raise ValueError(
+            "No tokenizer: pass --tokenizer_name FOLDER, --model_name_or_path FOLDER (with its "
+            "tokenizer) or --train_tokenizer_vocab_size V to train one on the training files."
+        )
     folder = Path(args.output_dir) / "tokenizer"
     is_main = accelerator is None or accelerator.is_main_process
     if is_main and not folder.exists():
-        tokenizer = train_roberta_tokenizer(training_paragraphs(documents), args.train_tokenizer_vocab_size,
-                                            model_max_length=args.max_seq_length)
+        tokenizer = train_roberta_tokenizer(
+            training_paragraphs(documents), args.train_tokenizer_vocab_size, model_max_length=args.max_seq_length
+        )
         save_atomically(folder, tokenizer.save_pretrained)
     if accelerator is not None:
         accelerator.wait_for_everyone()
@@ -343,12 +371,18 @@ def prepare_tokenizer(args: PretrainingArguments, documents: Sequence[str] | Non
 
 def build_model(args: PretrainingArguments, tokenizer: PreTrainedTokenizerBase) -> BlockBertForMaskedLM:
     """From `model_name_or_path` (blockwise options override its config) or from scratch."""
-    blockwise = {key: getattr(args, key) for key in ("num_blocks", "heads_per_shift", "attention_pattern")
-                 if getattr(args, key) is not None}
+    blockwise = {
+        key: getattr(args, key)
+        for key in ("num_blocks", "heads_per_shift", "attention_pattern")
+        if getattr(args, key) is not None
+    }
     if "heads_per_shift" in blockwise:
         blockwise["heads_per_shift"] = parse_heads_per_shift(blockwise["heads_per_shift"])
-    dropout = {key: getattr(args, key) for key in ("hidden_dropout_prob", "attention_probs_dropout_prob")
-               if getattr(args, key) is not None}
+    dropout = {
+        key: getattr(args, key)
+        for key in ("hidden_dropout_prob", "attention_probs_dropout_prob")
+        if getattr(args, key) is not None
+    }
     if args.model_name_or_path:
         config = BlockBertConfig.from_pretrained(args.model_name_or_path)
         if blockwise or args.block_size is not None:  # rebuild: b and the head split default again for a new n
@@ -363,15 +397,19 @@ def build_model(args: PretrainingArguments, tokenizer: PreTrainedTokenizerBase) 
             raise ValueError(
                 f"{args.model_name_or_path} has N = {config.max_sequence_length} but --max_seq_length is "
                 f"{args.max_seq_length}; use --max_seq_length {config.max_sequence_length} (or convert the checkpoint "
-                "to another N).")
+                "to another N)."
+            )
         model = BlockBertForMaskedLM.from_pretrained(args.model_name_or_path, config=config)
     else:
         if args.config_name:
             base = BlockBertConfig.from_pretrained(args.config_name).to_dict()
         else:
             base = {}
-        sizes = {key: getattr(args, key) for key in ("num_hidden_layers", "hidden_size", "num_attention_heads",
-                                                       "intermediate_size") if getattr(args, key) is not None}
+        sizes = {
+            key: getattr(args, key)
+            for key in ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size")
+            if getattr(args, key) is not None
+        }
         if "hidden_size" in sizes and "intermediate_size" not in sizes:
             sizes["intermediate_size"] = 4 * sizes["hidden_size"]
         fields = {**base, **sizes, **dropout, **blockwise}
@@ -405,15 +443,19 @@ class BatchGeometry:
 
 def batch_geometry(tokens_per_batch: int, seq_len: int, num_processes: int, micro_batch: int) -> BatchGeometry:
     if tokens_per_batch % seq_len:
-        raise ValueError(f"tokens_per_batch={tokens_per_batch} is not a multiple of max_seq_length={seq_len}: the "
-                         f"batch is B x N sequences. Use e.g. {max(1, tokens_per_batch // seq_len) * seq_len}.")
+        raise ValueError(
+            f"tokens_per_batch={tokens_per_batch} is not a multiple of max_seq_length={seq_len}: the "
+            f"batch is B x N sequences. Use e.g. {max(1, tokens_per_batch // seq_len) * seq_len}."
+        )
     sequences = tokens_per_batch // seq_len
     per_pass = num_processes * micro_batch
     if sequences % per_pass:
-        raise ValueError(f"B = tokens_per_batch / N = {sequences} sequences per step cannot be split into "
-                         f"{num_processes} process(es) x per_device_train_batch_size {micro_batch} x an integer number "
-                         f"of accumulation steps. Choose per_device_train_batch_size dividing "
-                         f"{sequences // num_processes if sequences % num_processes == 0 else sequences}.")
+        raise ValueError(
+            f"B = tokens_per_batch / N = {sequences} sequences per step cannot be split into "
+            f"{num_processes} process(es) x per_device_train_batch_size {micro_batch} x an integer number "
+            f"of accumulation steps. Choose per_device_train_batch_size dividing "
+            f"{sequences // num_processes if sequences % num_processes == 0 else sequences}."
+        )
     return BatchGeometry(sequences, num_processes, micro_batch, sequences // per_pass)
 
 
@@ -425,7 +467,9 @@ def _optimizer(model, args: PretrainingArguments) -> torch.optim.Optimizer:
         (no_decay if name.endswith("bias") or "LayerNorm" in name or "layer_norm" in name else decay).append(parameter)
     return torch.optim.AdamW(
         [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=args.learning_rate, betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_epsilon,
+        lr=args.learning_rate,
+        betas=(args.adam_beta1, args.adam_beta2),
+        eps=args.adam_epsilon,
     )
 
 
@@ -448,7 +492,8 @@ def resolve_checkpoint(output_dir: str, resume_from_checkpoint: str) -> Path:
         checkpoints = list_checkpoints(output_dir)
         if not checkpoints:
             raise ValueError(
-                f"--resume_from_checkpoint latest: no complete checkpoint in {output_dir}/{CHECKPOINTS_DIR}.")
+                f"--resume_from_checkpoint latest: no complete checkpoint in {output_dir}/{CHECKPOINTS_DIR}."
+            )
         return checkpoints[-1]
     path = Path(resume_from_checkpoint)
     if not (path / TRAINER_STATE).is_file():
@@ -487,8 +532,12 @@ def save_checkpoint(accelerator, folder: Path, trainer_state: dict, save_total_l
 
 
 def _schedule_fields(args: PretrainingArguments, geometry: BatchGeometry, total_steps: int) -> dict:
-    return {"max_seq_length": args.max_seq_length, "sequences_per_step": geometry.sequences_per_step,
-            "total_steps": total_steps, "seed": args.seed}
+    return {
+        "max_seq_length": args.max_seq_length,
+        "sequences_per_step": geometry.sequences_per_step,
+        "total_steps": total_steps,
+        "seed": args.seed,
+    }
 
 
 def _dropout_seed(seed: int, step: int, process: int) -> int:
@@ -533,8 +582,11 @@ class MetricsLog:
             if resume_step is None:
                 path.write_text("")
             elif path.exists():  # drop what a killed run logged after its last checkpoint
-                kept = [line for line in path.read_text().splitlines()
-                        if line.strip() and json.loads(line).get("step", 0) <= resume_step]
+                kept = [
+                    line
+                    for line in path.read_text().splitlines()
+                    if line.strip() and json.loads(line).get("step", 0) <= resume_step
+                ]
                 path.write_text("".join(line + "\n" for line in kept))
 
     def log(self, record: dict):
@@ -555,15 +607,25 @@ def _trackers(report_to: str) -> list[str] | None:
 def load_training_data(args: PretrainingArguments):
     """(training documents, validation documents or None)."""
     if bool(args.train_files) == bool(args.dataset_name):
-        raise ValueError("Pass either --train_files (local .txt/.txt.gz/.jsonl) or --dataset_name (hub), not both or "
-                         "neither.")
+        raise ValueError(
+            "Pass either --train_files (local .txt/.txt.gz/.jsonl) or --dataset_name (hub), not both or neither."
+        )
     if args.train_files:
         train = read_documents(args.train_files, args.document_boundary, args.document_heading_regex, args.text_column)
-        validation = (read_documents(args.validation_files, args.document_boundary, args.document_heading_regex,
-                                     args.text_column) if args.validation_files else None)
+        validation = (
+            read_documents(args.validation_files, args.document_boundary, args.document_heading_regex, args.text_column)
+            if args.validation_files
+            else None
+        )
     else:
-        load = lambda split: load_hub_documents(args.dataset_name, args.dataset_config_name, split,  # noqa: E731
-                                                args.text_column, args.document_boundary, args.document_heading_regex)
+        load = functools.partial(
+            load_hub_documents,
+            args.dataset_name,
+            args.dataset_config_name,
+            text_column=args.text_column,
+            boundary=args.document_boundary,
+            heading_regex=args.document_heading_regex,
+        )
         train = load("train")
         validation = None
         if not args.validation_split_percentage:
@@ -578,8 +640,10 @@ def load_training_data(args: PretrainingArguments):
         order = torch.randperm(len(train), generator=generator).tolist()
         held_out = max(1, int(len(train) * args.validation_split_percentage / 100))
         if held_out >= len(train):
-            raise ValueError(f"validation_split_percentage={args.validation_split_percentage} leaves no training "
-                             f"documents ({len(train)} in all).")
+            raise ValueError(
+                f"validation_split_percentage={args.validation_split_percentage} leaves no training "
+                f"documents ({len(train)} in all)."
+            )
         validation = [train[i] for i in sorted(order[:held_out])]
         train = [train[i] for i in sorted(order[held_out:])]
     return train, validation
@@ -597,18 +661,22 @@ def run_pretraining(args: PretrainingArguments) -> dict:
     if args.resume_from_checkpoint:
         resume_from = resolve_checkpoint(args.output_dir, args.resume_from_checkpoint)
     elif list_checkpoints(output_dir) and not args.overwrite_output_dir:
-        raise ValueError(f"{output_dir} already holds checkpoints: pass --resume_from_checkpoint latest to continue "
-                         "or --overwrite_output_dir to start over.")
+        raise ValueError(
+            f"{output_dir} already holds checkpoints: pass --resume_from_checkpoint latest to continue "
+            "or --overwrite_output_dir to start over."
+        )
 
-    accelerator = Accelerator(mixed_precision=args.mixed_precision, log_with=_trackers(args.report_to),
-                              project_dir=str(output_dir))
+    accelerator = Accelerator(
+        mixed_precision=args.mixed_precision, log_with=_trackers(args.report_to), project_dir=str(output_dir)
+    )
     if accelerator.is_main_process:
         if args.overwrite_output_dir and not resume_from and (output_dir / CHECKPOINTS_DIR).exists():
             shutil.rmtree(output_dir / CHECKPOINTS_DIR)
         output_dir.mkdir(parents=True, exist_ok=True)
     accelerator.wait_for_everyone()
-    geometry = batch_geometry(args.tokens_per_batch, args.max_seq_length, accelerator.num_processes,
-                              args.per_device_train_batch_size)
+    geometry = batch_geometry(
+        args.tokens_per_batch, args.max_seq_length, accelerator.num_processes, args.per_device_train_batch_size
+    )
     if args.max_train_steps:
         total_steps = args.max_train_steps
     elif args.max_train_tokens:
@@ -630,7 +698,8 @@ def run_pretraining(args: PretrainingArguments) -> dict:
     if steps_per_epoch == 0:
         raise ValueError(
             f"The training data packs into {len(train_data)} sequences of N = {args.max_seq_length}, fewer than one "
-            f"batch of B = {geometry.sequences_per_step}: lower tokens_per_batch or add data.")
+            f"batch of B = {geometry.sequences_per_step}: lower tokens_per_batch or add data."
+        )
 
     optimizer = _optimizer(model, args)
     warmup = args.num_warmup_steps if args.num_warmup_steps is not None else round(args.warmup_ratio * total_steps)
@@ -644,8 +713,10 @@ def run_pretraining(args: PretrainingArguments) -> dict:
     if resume_from is not None:
         saved = json.loads((resume_from / TRAINER_STATE).read_text())
         if saved["schedule"] != schedule:
-            raise ValueError(f"{resume_from} was written by a run with {saved['schedule']}, this run has {schedule}: "
-                             "resume with the same sequence length, batch, length and seed.")
+            raise ValueError(
+                f"{resume_from} was written by a run with {saved['schedule']}, this run has {schedule}: "
+                "resume with the same sequence length, batch, length and seed."
+            )
         accelerator.load_state(str(resume_from))
         state = {key: saved[key] for key in state}
         logger.info(f"resumed from {resume_from} at step {state['step']}")
@@ -657,8 +728,13 @@ def run_pretraining(args: PretrainingArguments) -> dict:
 
     eval_collator = MaskingCollator(tokenizer, VALIDATION_SEED, "eval", args.mlm_probability)
     unwrapped = accelerator.unwrap_model(model)
-    progress = tqdm(total=total_steps, initial=state["step"], disable=not accelerator.is_local_main_process,
-                    desc="pre-training", unit="step")
+    progress = tqdm(
+        total=total_steps,
+        initial=state["step"],
+        disable=not accelerator.is_local_main_process,
+        desc="pre-training",
+        unit="step",
+    )
     last_stop = min(total_steps, args.stop_after_step or total_steps)
     window = {"loss": 0.0, "steps": 0, "tokens": 0, "seconds": 0.0}
     model.train()
@@ -666,9 +742,14 @@ def run_pretraining(args: PretrainingArguments) -> dict:
         epoch, step_in_epoch = divmod(state["step"], steps_per_epoch)
         order = torch.randperm(len(train_data), generator=torch.Generator().manual_seed(args.seed + epoch))
         epoch_data = train_data.select(order[: steps_per_epoch * geometry.sequences_per_step].tolist())
-        loader = accelerator.prepare(DataLoader(
-            epoch_data, batch_size=geometry.micro_batch, shuffle=False,
-            collate_fn=MaskingCollator(tokenizer, args.seed, epoch, args.mlm_probability)))
+        loader = accelerator.prepare(
+            DataLoader(
+                epoch_data,
+                batch_size=geometry.micro_batch,
+                shuffle=False,
+                collate_fn=MaskingCollator(tokenizer, args.seed, epoch, args.mlm_probability),
+            )
+        )
         if step_in_epoch:
             loader = accelerator.skip_first_batches(loader, step_in_epoch * geometry.accumulation_steps)
         batches = iter(loader)
@@ -692,7 +773,8 @@ def run_pretraining(args: PretrainingArguments) -> dict:
             optimizer.zero_grad(set_to_none=True)
             loss = (accelerator.reduce(loss_sum, reduction="sum") / global_count).item()
             real_tokens = accelerator.reduce(
-                sum(batch["attention_mask"].sum() for batch in micro_batches).to(accelerator.device), reduction="sum")
+                sum(batch["attention_mask"].sum() for batch in micro_batches).to(accelerator.device), reduction="sum"
+            )
             seconds = time.perf_counter() - started
             state["step"] += 1
             step_in_epoch += 1
@@ -706,18 +788,32 @@ def run_pretraining(args: PretrainingArguments) -> dict:
             progress.set_postfix(loss=f"{loss:.3f}")
             step = state["step"]
             if step % args.logging_steps == 0 or step == total_steps:
-                metrics.log({"step": step, "epoch": epoch, "loss": window["loss"] / window["steps"],
-                             "last_loss": loss, "lr": scheduler.get_last_lr()[0], "grad_norm": float(grad_norm),
-                             "real_tokens_seen": state["real_tokens_seen"], "tokens_per_second":
-                             window["tokens"] / window["seconds"], "train_seconds": state["train_seconds"]})
+                metrics.log(
+                    {
+                        "step": step,
+                        "epoch": epoch,
+                        "loss": window["loss"] / window["steps"],
+                        "last_loss": loss,
+                        "lr": scheduler.get_last_lr()[0],
+                        "grad_norm": float(grad_norm),
+                        "real_tokens_seen": state["real_tokens_seen"],
+                        "tokens_per_second": window["tokens"] / window["seconds"],
+                        "train_seconds": state["train_seconds"],
+                    }
+                )
                 window = {"loss": 0.0, "steps": 0, "tokens": 0, "seconds": 0.0}
             if eval_data is not None and args.eval_steps and step % args.eval_steps == 0 and step != total_steps:
-                metrics.log({"step": step, **evaluate(unwrapped, eval_data, eval_collator, accelerator,
-                                                      args.per_device_eval_batch_size)})
+                metrics.log(
+                    {
+                        "step": step,
+                        **evaluate(unwrapped, eval_data, eval_collator, accelerator, args.per_device_eval_batch_size),
+                    }
+                )
             if args.checkpointing_steps and step % args.checkpointing_steps == 0:
                 trainer_state = {**state, "epoch": epoch, "step_in_epoch": step_in_epoch, "schedule": schedule}
-                save_checkpoint(accelerator, output_dir / CHECKPOINTS_DIR / f"step_{step}", trainer_state,
-                                args.save_total_limit)
+                save_checkpoint(
+                    accelerator, output_dir / CHECKPOINTS_DIR / f"step_{step}", trainer_state, args.save_total_limit
+                )
     progress.close()
 
     results = {"step": state["step"], "finished": state["step"] >= total_steps}
@@ -727,22 +823,36 @@ def run_pretraining(args: PretrainingArguments) -> dict:
             metrics.log({"step": state["step"], **final})
             results.update(final)
         config = unwrapped.config
-        results.update({
-            "total_steps": total_steps,
-            "tokens_per_batch": args.tokens_per_batch,
-            "train_tokens": total_steps * args.tokens_per_batch,
-            "real_tokens_seen": state["real_tokens_seen"],
-            "train_seconds": state["train_seconds"],
-            "tokens_per_second": state["real_tokens_seen"] / max(state["train_seconds"], 1e-9),
-            "num_processes": accelerator.num_processes,
-            "train_sequences": len(train_data),
-            "eval_sequences": len(eval_data) if eval_data is not None else 0,
-            "parameters": unwrapped.num_parameters(),
-            "model": {key: getattr(config, key) for key in (
-                "num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size",
-                "max_sequence_length", "attention_pattern", "num_blocks", "block_size", "heads_per_shift")},
-            "seed": args.seed,
-        })
+        results.update(
+            {
+                "total_steps": total_steps,
+                "tokens_per_batch": args.tokens_per_batch,
+                "train_tokens": total_steps * args.tokens_per_batch,
+                "real_tokens_seen": state["real_tokens_seen"],
+                "train_seconds": state["train_seconds"],
+                "tokens_per_second": state["real_tokens_seen"] / max(state["train_seconds"], 1e-9),
+                "num_processes": accelerator.num_processes,
+                "train_sequences": len(train_data),
+                "eval_sequences": len(eval_data) if eval_data is not None else 0,
+                "parameters": unwrapped.num_parameters(),
+                "model": {
+                    key: getattr(config, key)
+                    for key in (
+                        "num_hidden_layers",
+                        "hidden_size",
+                        "num_attention_heads",
+                        "intermediate_size",
+                        "vocab_size",
+                        "max_sequence_length",
+                        "attention_pattern",
+                        "num_blocks",
+                        "block_size",
+                        "heads_per_shift",
+                    )
+                },
+                "seed": args.seed,
+            }
+        )
         accelerator.wait_for_everyone()
         unwrapped.config.sparse_prediction = False  # a training-time setting: the saved model returns full logits
         if accelerator.is_main_process:
@@ -790,8 +900,10 @@ def evaluate_saved_model(
 
 def comparison_table(runs: Sequence[tuple[str, dict]]) -> str:
     """A markdown table of `(label, results.json)` pairs: pattern, blocks, heads, steps, tokens, perplexity, speed."""
-    header = ("| run | attention | n | heads per shift | seed | steps | train tokens (B x N) | val. loss | "
-              "val. perplexity | tokens/s (real) | train time (min) |")
+    header = (
+        "| run | attention | n | heads per shift | seed | steps | train tokens (B x N) | val. loss | "
+        "val. perplexity | tokens/s (real) | train time (min) |"
+    )
     lines = [header, "|" + "|".join(["---"] * 11) + "|"]
     for label, result in runs:
         model = result["model"]

@@ -34,7 +34,8 @@ def atomic_directory(path: str | os.PathLike):
 
 
 def save_atomically(path: str | os.PathLike, *savers: Callable[[Path], object]) -> Path:
-    """Calls every `saver(folder)` (e.g. `model.save_pretrained`, `tokenizer.save_pretrained`) into one atomic folder."""
+    """Calls every `saver(folder)` (e.g. `model.save_pretrained`, `tokenizer.save_pretrained`) into one atomic
+    folder."""
     with atomic_directory(path) as staging:
         for saver in savers:
             saver(staging)
