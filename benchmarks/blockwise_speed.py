@@ -11,11 +11,13 @@ import json
 from pathlib import Path
 
 import torch
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+from blockbert_benchmarks.models import bert_base_config
+from blockbert_benchmarks.reporting import machine_description
+from blockbert_benchmarks.timing import interleaved_medians
 from blockbert_hf import BlockBertModel
-from blockbert_hf.benchmarking import bert_base_config, interleaved_medians, machine_description
-from blockbert_hf.modeling_blockbert import build_attention_layout, tiled_attention
+from blockbert_hf.modeling_blockbert import build_attention_layout, kernel_tiled_attention
+from blockbert_hf.saving import write_file_atomically
 
 
 def model_forward(batch_size: int, seq_len: int, repeats: int, layers: int) -> dict:
@@ -34,10 +36,25 @@ def model_forward(batch_size: int, seq_len: int, repeats: int, layers: int) -> d
         return interleaved_medians(candidates, repeats=repeats, anchor="full (sdpa)")
 
 
-def attention_op(seq_len: int, repeats: int) -> dict:
-    heads, head_dim = 12, 64
-    query, key, value = (torch.randn(1, seq_len, heads, head_dim) for _ in range(3))
+OP_HEADS, OP_HEAD_DIM = 12, 64
+
+
+def blockwise_attention(query, key, value, layout) -> torch.Tensor:
+    """BlockBERT's attention op as its self-attention layer runs it with the sdpa kernel: `(batch, L, heads,
+    head_dim)` inputs folded into tiles (a view), one kernel call per head group, the groups' outputs joined into
+    `(batch, L, heads * head_dim)`."""
+    batch_size, seq_len, heads, head_dim = query.shape
+    tiled_shape = (batch_size * layout.num_tiles, layout.tile_len, heads, head_dim)
     module = torch.nn.Module()
+    module.is_causal = False  # transformers' SDPA wrapper reads this; a bare module would get causal attention
+    tiles = (x.view(tiled_shape) for x in (query, key, value))
+    outputs = kernel_tiled_attention(module, *tiles, layout, "sdpa", scaling=head_dim**-0.5)
+    return torch.cat(outputs, dim=2).reshape(batch_size, seq_len, heads * head_dim)
+
+
+def attention_op_candidates(query, key, value) -> dict:
+    """The attention op alone on `(1, L, heads, head_dim)` inputs: full SDPA, and blockwise n=2 and n=4."""
+    seq_len = query.shape[1]
     # The anchor gets the strided (batch, heads, L, d) views RoBERTa's attention passes to SDPA; the same inputs made
     # contiguous are timed too, to show how much of any difference is memory layout.
     full_inputs = [x.transpose(1, 2) for x in (query, key, value)]
@@ -49,11 +66,14 @@ def attention_op(seq_len: int, repeats: int) -> dict:
     for n in (2, 4):
         config = bert_base_config(seq_len, num_blocks=n)
         layout = build_attention_layout(config, None, 1, seq_len, "cpu")
-        candidates[f"blockwise n={n}"] = lambda layout=layout: tiled_attention(
-            module, query, key, value, layout, sdpa_attention_forward, scaling=head_dim**-0.5
-        )
+        candidates[f"blockwise n={n}"] = lambda layout=layout: blockwise_attention(query, key, value, layout)
+    return candidates
+
+
+def attention_op(seq_len: int, repeats: int) -> dict:
+    query, key, value = (torch.randn(1, seq_len, OP_HEADS, OP_HEAD_DIM) for _ in range(3))
     with torch.inference_mode():
-        return interleaved_medians(candidates, repeats=repeats, anchor="full SDPA")
+        return interleaved_medians(attention_op_candidates(query, key, value), repeats=repeats, anchor="full SDPA")
 
 
 def render_markdown(results: dict) -> str:
@@ -91,7 +111,7 @@ def render_markdown(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batch_size", type=int, default=8)
     parser.add_argument("--seq_len", type=int, default=1024)
@@ -104,9 +124,11 @@ def main():
         "--markdown", help="write the tables as markdown here (e.g. docs/benchmarks/blockwise_speed.md)"
     )
     parser.add_argument("--from_json", help="print/render a run saved with --output instead of measuring")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.quick:
         args.batch_size, args.seq_len, args.op_seq_len, args.repeats, args.layers = 1, 128, 256, 2, 1
+    if args.op_seq_len <= 0 or args.op_seq_len % 4:
+        parser.error(f"--op_seq_len must be a positive multiple of 4 (whole blocks at n = 2, 4), got {args.op_seq_len}")
 
     if args.from_json:
         results = json.loads(Path(args.from_json).read_text())
@@ -121,8 +143,7 @@ def main():
     print(markdown)
     for path, text in ((args.output, json.dumps(results, indent=2)), (args.markdown, markdown)):
         if path:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            Path(path).write_text(text)
+            write_file_atomically(path, text)
 
 
 if __name__ == "__main__":

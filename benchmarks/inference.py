@@ -24,24 +24,22 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from blockbert_hf.benchmarking import (
-    CANDIDATES,
+from blockbert_benchmarks.arguments import (
     add_comparison_arguments,
-    build_models_sharing_weights,
     check_comparison_arguments,
     comparison_size,
-    measure_forward,
-    measure_section,
-    other_families_note,
     prepare_run,
-    random_token_ids,
-    results_header,
-    write_report,
 )
+from blockbert_benchmarks.comparison import measure_section
+from blockbert_benchmarks.measurements import measure_forward
+from blockbert_benchmarks.models import CANDIDATES, build_models_sharing_weights, other_families_note
+from blockbert_benchmarks.reporting import results_header, write_report
+from blockbert_benchmarks.workloads import random_token_ids
 
 
 DEFAULT_OUTPUT_DIR = Path(__file__).resolve().parents[1] / "docs" / "benchmarks"
-# The issue's inference targets (ratios of same-run medians; FLOP bounds in the issue text).
+# Inference targets: same-run ratios of BlockBERT's forward time to an anchor's (`what` names the paper's figure
+# or the FLOP count's bound it is set against).
 TARGETS = [
     dict(
         what="inference 8x1024, paper 0.72",

@@ -10,7 +10,7 @@ memory = the step's peak allocation above those two (activations, gradients, tem
 activation = a2 * 4096 * N + (4096 * a1 + a0) is linear in N: a least-squares line gives the O(N^2) part (slope x N)
 and the O(N) part (intercept). Blockwise attention should divide the slope by n.
 
-Every point runs in a fresh process (see blockbert_hf.benchmarking.run_isolated); a point that needs more than
+Every point runs in a fresh process (see blockbert_benchmarks.isolation.run_isolated); a point that needs more than
 --memory_budget_gb is recorded as out of memory and left out of the fit. Writes memory_regression.{json,md,png}.
 """
 
@@ -19,27 +19,15 @@ import json
 import sys
 from pathlib import Path
 
-import matplotlib
+from tqdm.auto import tqdm
 
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from tqdm.auto import tqdm  # noqa: E402
-
-from blockbert_hf.benchmarking import (  # noqa: E402
-    GIB,
-    ModelSize,
-    add_run_arguments,
-    fit_line,
-    gib,
-    markdown_table,
-    measure_training_step,
-    parse_candidates,
-    prepare_run,
-    results_header,
-    run_measurement,
-    write_file_atomically,
-)
+from blockbert_benchmarks.arguments import add_run_arguments, prepare_run
+from blockbert_benchmarks.isolation import run_measurement
+from blockbert_benchmarks.measurements import measure_training_step
+from blockbert_benchmarks.memory import GIB, fit_line
+from blockbert_benchmarks.models import ModelSize, parse_candidates
+from blockbert_benchmarks.reporting import gib, markdown_table, results_header, run_arguments
+from blockbert_hf.saving import write_file_atomically
 
 
 DEFAULT_OUTPUT_DIR = Path(__file__).resolve().parents[1] / "docs" / "benchmarks"
@@ -120,7 +108,7 @@ def markdown(args, argv, size, points, fits, method):
         "positions labelled.",
         "Model memory = parameter bytes; optimizer memory = AdamW state bytes (after a warm-up step); activation "
         "memory = the measured step's peak allocation above those two (activations, gradients and temporaries; "
-        "SPEC.md, paper Appendix A.2).",
+        "paper Appendix A.2).",
         f"Memory measured with {method}." + ("" if args.in_process else " Each point in a fresh process."),
         "RSS growth: the process's peak resident set during the step minus its resident set before it (a cross-check "
         "that also sees malloc caching and the profiler's own records).",
@@ -201,6 +189,11 @@ def markdown(args, argv, size, points, fits, method):
 
 
 def plot(args, points, fits, path):
+    import matplotlib  # only the plot needs it
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     figure, axes = plt.subplots(figsize=(8, 5))
     for index, candidate in enumerate(args.candidates):
         color = f"C{index % 10}"
@@ -258,7 +251,7 @@ def main(argv=None):
     write_file_atomically(
         output_dir / "memory_regression.json",
         json.dumps(
-            {"args": {k: v for k, v in vars(args).items() if k != "candidates"}, "points": points, "fits": fits},
+            {"args": run_arguments(args), "points": points, "fits": fits},
             indent=2,
             default=str,
         ),

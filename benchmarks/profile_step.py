@@ -18,21 +18,12 @@ import json
 import sys
 from pathlib import Path
 
-from blockbert_hf.benchmarking import (
-    OTHER_OPS_GROUP,
-    STEP_PROFILE_GROUPS,
-    ModelSize,
-    add_run_arguments,
-    markdown_table,
-    parse_candidates,
-    parse_grid,
-    prepare_run,
-    profile_forward,
-    profile_training_step,
-    results_header,
-    run_measurement,
-    write_file_atomically,
-)
+from blockbert_benchmarks.arguments import add_run_arguments, parse_grid, prepare_run
+from blockbert_benchmarks.isolation import run_measurement
+from blockbert_benchmarks.models import ModelSize, parse_candidates
+from blockbert_benchmarks.profiling import OTHER_OPS_GROUP, STEP_PROFILE_GROUPS, profile_forward, profile_training_step
+from blockbert_benchmarks.reporting import markdown_table, results_header, run_arguments
+from blockbert_hf.saving import write_file_atomically
 
 
 DEFAULT_OUTPUT_DIR = Path(__file__).resolve().parents[1] / "docs" / "benchmarks"
@@ -140,7 +131,7 @@ def main(argv=None) -> int:
     title = "Where the time of a forward pass goes" if args.forward else "Where the time of a training step goes"
     header = results_header(title, "benchmarks/profile_step.py", argv, notes)
     markdown = header + profile_table(args.candidates, results)
-    record = dict(args={k: v for k, v in vars(args).items() if k != "candidates"}, results=results)
+    record = dict(args=run_arguments(args), results=results)
     write_file_atomically(output_dir / f"{stem}.json", json.dumps(record, indent=2, default=str))
     write_file_atomically(output_dir / f"{stem}.md", markdown)
     print(markdown)

@@ -2,7 +2,7 @@
 RoBERTa, Longformer and BigBird, with attention dropout 0.1 (as the paper) and 0.
 
     python benchmarks/train_step.py            # BERT-base, 8x512 and 4x1024, dropout 0.1 and 0 (2-3 hours, 2 cores)
-    python benchmarks/train_step.py --grid 4x1024 --attention_dropouts 0.1    # the targets only (~1 hour)
+    python benchmarks/train_step.py --grid 4x1024 --attention_dropouts 0.1    # the targets only (~1 hour)
     python benchmarks/train_step.py --quick    # tiny sizes, checks that the script works (seconds)
 
 A step is forward + backward + AdamW update of a `*ForMaskedLM` (15% of positions labelled), gradients released
@@ -26,21 +26,17 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from blockbert_hf.benchmarking import (
+from blockbert_benchmarks.arguments import (
     add_comparison_arguments,
-    build_models_sharing_weights,
     check_comparison_arguments,
     comparison_size,
-    make_training_step,
-    masked_lm_labels,
-    measure_section,
-    measure_training_step,
-    other_families_note,
     prepare_run,
-    random_token_ids,
-    results_header,
-    write_report,
 )
+from blockbert_benchmarks.comparison import measure_section
+from blockbert_benchmarks.measurements import measure_training_step
+from blockbert_benchmarks.models import build_models_sharing_weights, other_families_note
+from blockbert_benchmarks.reporting import results_header, write_report
+from blockbert_benchmarks.workloads import make_training_step, masked_lm_labels, random_token_ids
 
 
 DEFAULT_OUTPUT_DIR = Path(__file__).resolve().parents[1] / "docs" / "benchmarks"
@@ -49,7 +45,7 @@ DEFAULT_MODELS = (
     "bigbird,blockbert-full-sdpa-sparse,blockbert-n2-sdpa-sparse"
 )
 _AT_TARGET = dict(batch_size=4, seq_len=1024, attention_dropout=0.1)
-# The training targets (paper Table 3 ratios for memory; same-run time ratios).
+# Training targets: peak memory against the paper's Table 3 ratios, step time as same-run ratios.
 TARGETS = [
     dict(
         what="training peak memory, paper 0.73",

@@ -1,5 +1,5 @@
-"""The efficiency benchmarks: memory measurement, isolation, fits and tables (blockbert_hf.benchmarking), and the
---quick mode of every script in benchmarks/ (which checks that the scripts work; nothing here asserts speed)."""
+"""The efficiency benchmarks: memory measurement, isolation, fits and tables (the `blockbert_benchmarks` harness), and
+the --quick mode of every script in benchmarks/ (which checks that the scripts work; nothing here asserts speed)."""
 
 import importlib.util
 import json
@@ -11,25 +11,21 @@ import pytest
 import torch
 from conftest import REPO_ROOT
 
-from blockbert_hf.benchmarking import (
+from blockbert_benchmarks.arguments import parse_grid
+from blockbert_benchmarks.isolation import run_isolated, run_measurement
+from blockbert_benchmarks.measurements import measure_forward, measure_training_step
+from blockbert_benchmarks.memory import GIB, fit_line, track_peak_memory
+from blockbert_benchmarks.models import (
     CANDIDATES,
-    GIB,
+    Candidate,
     ModelSize,
     build_benchmark_model,
-    fit_line,
-    interleaved_medians,
-    measure_forward,
-    measure_training_step,
     parse_candidates,
-    parse_grid,
-    ratios_to,
-    run_isolated,
-    run_measurement,
     share_parameters,
-    targets_table,
-    track_peak_memory,
-    write_file_atomically,
 )
+from blockbert_benchmarks.reporting import targets_table
+from blockbert_benchmarks.timing import interleaved_medians, ratios_to
+from blockbert_hf.saving import write_file_atomically
 
 
 BENCHMARKS = REPO_ROOT / "benchmarks"
@@ -99,7 +95,7 @@ def test_training_step_memory_is_decomposed_as_in_the_paper():
 
 
 def test_blockwise_attention_halves_the_quadratic_memory_of_a_forward():
-    """Attention memory scales as N^2 / n (SPEC rule 5): the growth of the forward's peak from N to 2N is smaller."""
+    """Attention memory scales as N^2 / n: the growth of the forward's peak from N to 2N is smaller."""
     size = ModelSize(num_layers=1, hidden_size=32, num_heads=4, intermediate_size=32, vocab_size=128)
 
     def growth(key):
@@ -152,16 +148,12 @@ def test_masked_only_mlm_logits_candidate_gives_roberta_s_loss_with_shared_weigh
 
 
 def test_masked_only_mlm_logits_is_a_blockbert_option():
-    from blockbert_hf.benchmarking import Candidate
-
     with pytest.raises(ValueError, match="BlockBERT option"):
         build_benchmark_model(Candidate("roberta", "sdpa", sparse_prediction=True), 64, ModelSize.tiny())
 
 
 @pytest.mark.parametrize("key", ["longformer", "bigbird"])
 def test_other_families_have_only_eager_attention(key):
-    from blockbert_hf.benchmarking import Candidate
-
     with pytest.raises(ValueError, match="only an eager"):
         build_benchmark_model(Candidate(key, "sdpa"), 128, ModelSize.tiny())
 
