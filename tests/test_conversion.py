@@ -1,5 +1,5 @@
-"""RoBERTa/BERT -> BlockBERT conversion (SPEC, "Positions and conversion"): weight for weight, n = 1 equality,
-position extension, BERT specifics, headless sources, bad inputs that write nothing."""
+"""RoBERTa/BERT -> BlockBERT conversion: weight for weight, n = 1 equality, position extension, BERT specifics,
+headless sources, the checkpoint's own tokenizer for verification, bad inputs that write nothing."""
 
 import importlib.util
 import json
@@ -27,6 +27,7 @@ from transformers import (
 from blockbert_hf import BlockBertForMaskedLM, BlockBertModel
 from blockbert_hf.conversion import (
     ConversionError,
+    TokenizerError,
     convert_checkpoint,
     extend_position_embeddings,
     map_source_key,
@@ -159,6 +160,20 @@ def test_bert_mlm_converts_with_bert_positions_token_types_and_head(tmp_path, be
     assert (with_types - without).abs().max() > 1e-4
 
 
+def test_bert_mlm_with_another_activation_converts_its_encoder_only(tmp_path, bert_tokenizer_folder):
+    """BlockBERT's MLM head applies GELU: a relu BERT head is refused, and the encoder-only conversion that the error
+    names works."""
+    source = _bert(BertForMaskedLM, tmp_path / "bert-relu", bert_tokenizer_folder, hidden_act="relu")
+    with pytest.raises(ConversionError, match="--target_class BlockBertModel --drop_source_keys cls."):
+        convert_checkpoint(source, heads_per_shift="3:1")
+    converted = convert_checkpoint(
+        source, heads_per_shift="3:1", target_class="BlockBertModel", drop_source_keys=["cls."]
+    )
+    assert type(converted.model) is BlockBertModel and converted.config.hidden_act == "relu"
+    assert converted.dropped and all(key.startswith("cls.predictions.") for key in converted.dropped)
+    assert all(check.passed for check in verify_conversion(converted, SENTENCES))
+
+
 def test_bert_base_model_carries_activation_and_pooler(tmp_path, bert_tokenizer_folder):
     source = _bert(BertModel, tmp_path / "bert", bert_tokenizer_folder, hidden_act="relu", layer_norm_eps=1e-6)
     converted = convert_checkpoint(source, num_blocks=1)
@@ -219,6 +234,9 @@ def test_bert_for_pretraining_needs_the_nsp_head_and_pooler_dropped_explicitly(t
     with pytest.raises(ConversionError, match="cls.seq_relationship.weight") as error:
         convert_checkpoint(source, num_blocks=2, heads_per_shift="3:1")
     assert "bert.pooler.dense.weight" in str(error.value) and "--drop_source_keys" in str(error.value)
+    # Dropping only the next-sentence head leaves the pooler: the hint gives the whole flag value, not just the rest.
+    with pytest.raises(ConversionError, match="--drop_source_keys cls.seq_relationship. bert.pooler.dense. "):
+        convert_checkpoint(source, num_blocks=2, heads_per_shift="3:1", drop_source_keys=["cls.seq_relationship."])
     converted = convert_checkpoint(
         source, num_blocks=2, heads_per_shift="3:1", drop_source_keys=["cls.seq_relationship.", "bert.pooler."]
     )
@@ -229,6 +247,25 @@ def test_bert_for_pretraining_needs_the_nsp_head_and_pooler_dropped_explicitly(t
         "cls.seq_relationship.weight",
     ]
     assert all(check.passed for check in verify_conversion(converted, SENTENCES))
+
+
+def test_bert_for_pretraining_command_line(tmp_path, bert_tokenizer_folder, capsys):
+    """The documented command for a BertForPreTraining checkpoint (12 heads, as in BERT-base)."""
+    source = _bert(
+        BertForPreTraining, tmp_path / "bert-pt", bert_tokenizer_folder, hidden_size=48, num_attention_heads=12
+    )
+    command = [source, tmp_path / "out", "--num_blocks", "2", "--heads", "10:2", "--max_seq_length", "1024"]
+    assert _run_example([*command, "--drop_source_keys", "cls.seq_relationship."]) == 2
+    assert "pass --drop_source_keys cls.seq_relationship. bert.pooler.dense." in capsys.readouterr().err
+    assert _run_example([*command, "--drop_source_keys", "cls.seq_relationship.", "bert.pooler."]) == 0
+    report = json.loads((tmp_path / "out" / "conversion_report.json").read_text())
+    assert report["sequence_length"] == 1024 and report["heads_per_shift"] == [10, 2]
+    assert sorted(report["dropped"]) == [
+        "bert.pooler.dense.bias",
+        "bert.pooler.dense.weight",
+        "cls.seq_relationship.bias",
+        "cls.seq_relationship.weight",
+    ]
 
 
 def test_headless_source_to_masked_lm_initialises_the_head_and_says_so(tmp_path, bert_tokenizer_folder):
@@ -255,7 +292,16 @@ def _run_example(args):
 
 
 @pytest.mark.parametrize(
-    "case", ["unknown_architecture", "shorter_n", "bad_heads", "missing_folder", "hub_offline", "leftover_keys"]
+    "case",
+    [
+        "unknown_architecture",
+        "shorter_n",
+        "bad_heads",
+        "missing_folder",
+        "hub_offline",
+        "leftover_keys",
+        "missing_verification_text",
+    ],
 )
 def test_bad_inputs_give_clear_errors_and_write_nothing(
     case, tmp_path, tokenizer, roberta_mlm, bert_tokenizer_folder, capsys, monkeypatch
@@ -266,6 +312,10 @@ def test_bad_inputs_give_clear_errors_and_write_nothing(
         "bad_heads": ([roberta_mlm, output, "--num_blocks", "2", "--heads", "2:1"], "sums to 3"),
         "missing_folder": ([tmp_path / "nowhere", output], "does not exist"),
         "hub_offline": (["someone/no-such-model", output], "not a local folder"),
+        "missing_verification_text": (
+            [roberta_mlm, output, "--heads", "3:1", "--verification_text", tmp_path / "no.txt"],
+            "is not a file",
+        ),
     }
     if case == "unknown_architecture":
         distil = DistilBertModel(DistilBertConfig(vocab_size=120, dim=32, n_layers=1, n_heads=4, hidden_dim=64))
@@ -307,3 +357,59 @@ def test_existing_output_is_kept_without_overwrite(roberta_mlm, tmp_path):
     assert (output / "keep.txt").read_text() == "mine"
     assert _run_example([roberta_mlm, output, "--skip_verification", "--overwrite", "--heads", "3:1"]) == 0
     assert not (output / "keep.txt").exists() and (output / "model.safetensors").exists()
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+def test_source_without_tokenizer_files_is_refused_unless_its_tokenizer_is_passed(
+    family, tmp_path, tokenizer, bert_tokenizer_folder, capsys
+):
+    """transformers builds a stand-in tokenizer (special tokens only) for a folder without tokenizer files; verifying
+    with it would run on `[CLS] [UNK] ... [SEP]`. The script refuses it (exit 1, nothing written) until --tokenizer
+    names the checkpoint's own tokenizer."""
+    if family == "bert":
+        tokenizer_folder = bert_tokenizer_folder
+        config = BertConfig(vocab_size=len(BertTokenizer.from_pretrained(tokenizer_folder)), **TINY)
+        BertForMaskedLM(config).save_pretrained(tmp_path / "weights-only")
+    else:
+        tokenizer_folder = tmp_path / "roberta-tokenizer"
+        tokenizer.save_pretrained(tokenizer_folder)
+        config = RobertaConfig(vocab_size=len(tokenizer), max_position_embeddings=66, pad_token_id=1, **TINY)
+        RobertaForMaskedLM(config).save_pretrained(tmp_path / "weights-only")
+    source, output = tmp_path / "weights-only", tmp_path / "converted"
+    assert sorted(path.name for path in source.iterdir()) == ["config.json", "model.safetensors"]
+
+    for extra in ([], ["--skip_verification"]):  # a stand-in would also be saved as the model's tokenizer
+        assert _run_example([source, output, "--heads", "3:1", *extra]) == 1
+        error = capsys.readouterr().err
+        assert "has no tokenizer vocabulary" in error and "--tokenizer PATH" in error
+        assert not output.exists()
+        assert not [path for path in tmp_path.iterdir() if path.name.startswith(".converted")]
+    with pytest.raises(TokenizerError, match="special tokens"):
+        convert_checkpoint(str(source), heads_per_shift="3:1")
+
+    assert _run_example([source, output, "--heads", "3:1", "--tokenizer", tokenizer_folder]) == 0
+    printed = capsys.readouterr().out
+    assert f"from {tokenizer_folder}" in printed and "verification text:" in printed
+    report = json.loads((output / "conversion_report.json").read_text())
+    assert report["tokenizer"]["source"] == str(tokenizer_folder)
+    assert report["verification_text"]["unknown_tokens"] <= 0.05 * report["verification_text"]["tokens"]
+    assert all(check["passed"] for check in report["verification"])
+    saved = AutoTokenizer.from_pretrained(output)
+    assert saved.get_vocab() == AutoTokenizer.from_pretrained(tokenizer_folder).get_vocab()
+
+
+def test_verification_refuses_text_its_tokenizer_leaves_unknown(tmp_path, bert_tokenizer_folder, capsys):
+    """A tokenizer that turns the verification text into unknown tokens is not the checkpoint's own (or the text is
+    in a language it does not cover): verifying on `[UNK]`s would prove nothing."""
+    source = _bert(BertForMaskedLM, tmp_path / "bert-mlm", bert_tokenizer_folder)
+    greek = ["Η μάχη του Μαραθώνα έγινε το 490 π.Χ. ανάμεσα στους Αθηναίους και τους Πέρσες."] * 3
+    converted = convert_checkpoint(source, num_blocks=2, heads_per_shift="3:1")
+    with pytest.raises(TokenizerError, match="unknown"):
+        verify_conversion(converted, greek)
+    text_file = tmp_path / "greek.txt"
+    text_file.write_text("\n".join(greek) + "\n", encoding="utf-8")
+    output = tmp_path / "converted"
+    assert _run_example([source, output, "--heads", "3:1", "--verification_text", text_file]) == 1
+    error = capsys.readouterr().err
+    assert "--verification_text" in error and "nothing was written" in error
+    assert not output.exists()

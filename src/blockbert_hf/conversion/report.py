@@ -1,0 +1,127 @@
+"""The conversion report (`conversion_summary`, printed with `format_report`) and the atomic save of model,
+tokenizer and `conversion_report.json` (`save_converted`)."""
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from ..modeling_blockbert import BlockBertModel
+from ..saving import atomic_directory
+from .errors import ConversionError
+from .verification import TextCoverage, VerificationCheck
+from .weights import ConvertedCheckpoint
+
+
+REPORT_FILE = "conversion_report.json"
+
+
+def conversion_summary(
+    converted: ConvertedCheckpoint,
+    checks: Sequence[VerificationCheck] | None,
+    text_coverage: TextCoverage | None = None,
+) -> dict:
+    """What was converted and how it verified, for the report printed and saved as `conversion_report.json`."""
+    config = converted.config
+    summary = {
+        "source": str(converted.source),
+        "source_model_type": converted.source_model_type,
+        "source_architecture": converted.source_architecture,
+        "tokenizer": {
+            "source": str(converted.tokenizer_source),
+            "class": type(converted.tokenizer).__name__,
+            "size": len(converted.tokenizer),
+        },
+        "target_class": type(converted.model).__name__,
+        "parameters": converted.model.num_parameters(),
+        "source_sequence_length": converted.source_sequence_length,
+        "sequence_length": config.max_sequence_length,
+        "num_blocks": config.num_blocks,
+        "block_size": config.block_size,
+        "heads_per_shift": config.heads_per_shift,
+        "attention_pattern": config.attention_pattern,
+        "position_embedding_style": config.position_embedding_style,
+        "hidden_act": config.hidden_act,
+        "layer_norm_eps": config.layer_norm_eps,
+        "type_vocab_size": config.type_vocab_size,
+        "pad_token_id": config.pad_token_id,
+        "tensors_copied": len(converted.copied),
+        "extended": converted.extended,
+        "initialised": converted.initialised,
+        "dropped": converted.dropped,
+        "notes": converted.notes,
+    }
+    if text_coverage is not None:
+        summary["verification_text"] = {
+            "words": text_coverage.words,
+            "tokens": text_coverage.tokens,
+            "unknown_tokens": text_coverage.unknown,
+        }
+    if checks is not None:
+        summary["verification"] = [
+            {
+                "check": c.name,
+                "max_abs_diff": c.max_abs_diff,
+                "tolerance": c.tolerance,
+                "passed": c.passed,
+                "lengths": c.lengths,
+            }
+            for c in checks
+        ]
+    return summary
+
+
+def format_report(summary: dict) -> str:
+    s = summary
+    extended = "".join(f"; {name} {src} -> {dst} (rows repeated)" for name, (src, dst) in s["extended"].items())
+    lines = [
+        f"source: {s['source']} ({s['source_model_type']}, {s['source_architecture']})",
+        f"target: {s['target_class']}, {s['parameters']:,} parameters, {s['position_embedding_style']} positions, "
+        f"hidden_act {s['hidden_act']}, layer_norm_eps {s['layer_norm_eps']}, type_vocab_size {s['type_vocab_size']}, "
+        f"pad id {s['pad_token_id']}",
+        f"N: {s['source_sequence_length']} -> {s['sequence_length']}; n = {s['num_blocks']} blocks of "
+        f"b = {s['block_size']}, heads per shift {s['heads_per_shift']}, attention_pattern {s['attention_pattern']}",
+        f"tensors: {s['tensors_copied']} copied one to one{extended}",
+        f"tokenizer: {s['tokenizer']['class']} from {s['tokenizer']['source']}, {s['tokenizer']['size']:,} tokens",
+    ]
+    if summary["dropped"]:
+        lines.append(f"dropped on request: {', '.join(summary['dropped'])}")
+    lines.extend(f"note: {note}" for note in summary["notes"])
+    if "verification_text" in summary:
+        text = summary["verification_text"]
+        lines.append(
+            f"verification text: {text['words']:,} words -> {text['tokens']:,} tokens, "
+            f"{text['unknown_tokens']} unknown ({text['unknown_tokens'] / max(text['tokens'], 1):.1%})"
+        )
+    for check in summary.get("verification", []):
+        verdict = "reported" if check["tolerance"] is None else ("PASS" if check["passed"] else "FAIL")
+        limit = "" if check["tolerance"] is None else f" (limit {check['tolerance']:.0e})"
+        lines.append(
+            f"verify {check['check']}: max |diff| = {check['max_abs_diff']:.2e}{limit} {verdict}; "
+            f"{len(check['lengths'])} inputs of {min(check['lengths'])}-{max(check['lengths'])} tokens"
+        )
+    return "\n".join(lines)
+
+
+def save_converted(
+    converted: ConvertedCheckpoint, output_dir: str | os.PathLike, summary: dict, overwrite: bool = False
+) -> Path:
+    """Writes model (weights, config, code for `trust_remote_code`), tokenizer (`model_max_length = N`) and
+    `conversion_report.json` into one atomic folder; the folder is reloaded first to check the saved weights."""
+    output_dir = Path(output_dir)
+    if output_dir.exists() and any(output_dir.iterdir()) and not overwrite:
+        raise ConversionError(f"{output_dir} exists and is not empty; pass --overwrite to replace it.")
+    model = converted.model
+    with atomic_directory(output_dir) as staging:
+        model.save_pretrained(staging)
+        converted.tokenizer.save_pretrained(staging)
+        (staging / REPORT_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+        kwargs = {"add_pooling_layer": model.pooler is not None} if isinstance(model, BlockBertModel) else {}
+        reloaded = type(model).from_pretrained(staging, **kwargs)
+        expected = model.state_dict()
+        for name, tensor in reloaded.state_dict().items():
+            if not torch.equal(tensor, expected[name]):
+                raise ConversionError(f"The saved checkpoint does not reload {name} unchanged; nothing was written.")
+    return output_dir
