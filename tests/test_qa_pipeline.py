@@ -1,10 +1,12 @@
 """The long-document QA pipeline: exact character spans, windows over contexts many times longer than N, SQuAD 2.0
 null answers, batching, other QA models, bad inputs, and `pipeline("question-answering", trust_remote_code=True)`."""
 
+import ast
 import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,7 +21,7 @@ from transformers import (
     pipeline,
 )
 
-from blockbert_hf import BlockBertForQuestionAnswering
+from blockbert_hf import BlockBertForQuestionAnswering, pipeline_question_answering
 from blockbert_hf.pipeline_question_answering import (
     ExtractiveQuestionAnsweringPipeline,
     WindowLogits,
@@ -224,6 +226,37 @@ def test_bad_inputs_get_clear_errors(tokenizer):
         ExtractiveQuestionAnsweringPipeline(model=qa.model, tokenizer=None)
 
 
+@pytest.mark.parametrize(
+    "parameter, value, message",
+    [
+        ("top_k", 1.5, "top_k must be a positive integer, got 1.5"),
+        ("top_k", 0, "top_k must be a positive integer, got 0"),
+        ("top_k", -1, "top_k must be a positive integer, got -1"),
+        ("top_k", "3", "top_k must be a positive integer, got '3'"),
+        ("top_k", True, "top_k must be a positive integer, got True"),
+        ("max_answer_len", 2.5, "max_answer_len must be a positive integer"),
+        ("max_answer_len", 0, "max_answer_len must be a positive integer"),
+        ("n_best", 0, "n_best must be a positive integer"),
+        ("doc_stride", 1.5, "doc_stride must be an integer >= 0, got 1.5"),
+        ("doc_stride", -1, "doc_stride must be an integer >= 0, got -1"),
+        ("max_seq_len", 40.0, "max_seq_len must be a positive integer, got 40.0"),
+        ("max_seq_len", 0, "max_seq_len must be a positive integer, got 0"),
+        ("max_seq_len", N + 1, rf"max_seq_len = {N + 1} exceeds the longest window .* \({N} tokens\)"),
+        ("handle_impossible_answer", "no", "handle_impossible_answer must be True or False, got 'no'"),
+        ("null_score_diff_threshold", "1", "null_score_diff_threshold must be a finite number, got '1'"),
+    ],
+)
+def test_pipeline_parameters_of_the_wrong_type_or_range_get_clear_errors(tokenizer, parameter, value, message):
+    config = tiny_config(vocab_size=len(tokenizer))
+    match_tokenizer_to_config(tokenizer, config)
+    model = BlockBertForQuestionAnswering(config).eval()
+    qa = ExtractiveQuestionAnsweringPipeline(model=model, tokenizer=tokenizer)
+    with pytest.raises(ValueError, match=message):
+        qa(question="Who?", context=FILLER_LINES[1], **{parameter: value})
+    with pytest.raises(ValueError, match=message):  # at construction too
+        ExtractiveQuestionAnsweringPipeline(model=model, tokenizer=tokenizer, **{parameter: value})
+
+
 def test_left_padding_tokenizers_are_switched_to_right_padding(tokenizer):
     config = tiny_config(vocab_size=len(tokenizer))
     match_tokenizer_to_config(tokenizer, config)
@@ -306,41 +339,66 @@ def test_in_memory_model_with_pipeline_factory(tokenizer, markers, tmp_path):
 
 
 def test_pipeline_from_a_saved_folder_without_the_package(tmp_path, tokenizer, markers):
-    """`pipeline("question-answering", model=folder, trust_remote_code=True)` where `import blockbert_hf` fails; a
-    model loaded that way and saved again still carries the pipeline."""
+    """`pipeline("question-answering", model=folder, trust_remote_code=True)` in a process where every
+    `import blockbert_hf...` fails gives the answers of the package's own pipeline; a model loaded that way and saved
+    again still carries the pipeline."""
     model = planted_model(tokenizer, markers, null_strength=10.0)
     save_atomically(tmp_path / "model", model.save_pretrained, tokenizer.save_pretrained)
     assert (tmp_path / "model" / "pipeline_question_answering.py").is_file()
     text = filler(4 * N, tokenizer)
     planted = f"{START_WORD.strip()} or{END_WORD}"
     context = f"{text} {planted} {text}"
+    calls = [
+        {"context": context},
+        {"context": text, "handle_impossible_answer": True},
+        {"context": text, "top_k": 3, "doc_stride": 16, "max_answer_len": 4},
+    ]
     script = textwrap.dedent(f"""
-        import json, sys
-        sys.modules["blockbert_hf"] = None  # hide the installed package
-        try:
-            import blockbert_hf
-        except ImportError:
-            pass
-        else:
-            raise SystemExit("blockbert_hf is importable")
+        import importlib.abc, json, sys
+
+        class BlockPackage(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] == "blockbert_hf":
+                    raise ImportError(f"{{name}} is blocked")
+
+        sys.meta_path.insert(0, BlockPackage())
         from transformers import AutoModelForQuestionAnswering, AutoTokenizer, pipeline
         folder, again = {str(tmp_path / "model")!r}, {str(tmp_path / "again")!r}
-        context, text = {context!r}, {text!r}
         qa = pipeline("question-answering", model=folder, trust_remote_code=True)
-        results = [type(qa).__name__, qa(question="What?", context=context),
-                   qa(question="What?", context=text, handle_impossible_answer=True)]
+        results = [type(qa).__name__, [qa(question="What?", **call) for call in {calls!r}]]
         model = AutoModelForQuestionAnswering.from_pretrained(folder, trust_remote_code=True)
         model.save_pretrained(again)
         AutoTokenizer.from_pretrained(folder, trust_remote_code=True).save_pretrained(again)
         qa_again = pipeline("question-answering", model=again, trust_remote_code=True)
-        results.append(qa_again(question="What?", context=context))
+        results.append(qa_again(question="What?", context={context!r}))
+        results.append(sorted(name for name in sys.modules if name.split(".")[0] == "blockbert_hf"))
         print(json.dumps(results))
     """)
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    name, found, null, found_again = json.loads(result.stdout.strip().splitlines()[-1])
-    assert name == "ExtractiveQuestionAnsweringPipeline"
+    name, answers, found_again, imported = json.loads(result.stdout.strip().splitlines()[-1])
+    assert name == "ExtractiveQuestionAnsweringPipeline" and imported == []
+    found, null, top = answers
     start = context.index(planted)
     assert found == found_again
     assert (found["answer"], found["start"], found["end"]) == (planted, start, start + len(planted))
     assert (null["answer"], null["start"], null["end"]) == ("", 0, 0)
+    qa = ExtractiveQuestionAnsweringPipeline(model=model, tokenizer=tokenizer)
+    for got, call in zip(answers, calls):
+        want = qa(question="What?", **call)
+        got, want = (got, want) if isinstance(got, list) else ([got], [want])
+        assert [(a["start"], a["end"], a["answer"]) for a in got] == [(a["start"], a["end"], a["answer"]) for a in want]
+        np.testing.assert_allclose([a["score"] for a in got], [a["score"] for a in want], rtol=1e-5)
+
+
+def test_the_pipeline_file_imports_only_numpy_torch_transformers_and_the_standard_library():
+    """It is copied into saved folders and must run where only those are installed."""
+    source = Path(pipeline_question_answering.__file__).read_text()
+    imported = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            imported.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, "relative imports would need blockbert_hf's other modules"
+            imported.add(node.module.split(".")[0])
+    assert imported - sys.stdlib_module_names == {"numpy", "torch", "transformers"}

@@ -19,14 +19,17 @@ overlap by `doc_stride` tokens, using the fast tokenizer's overflowing tokens an
 through the model, and the best span over all windows is returned in character offsets of the original context.
 
 Works with any `AutoModelForQuestionAnswering` model whose tokenizer is fast and puts the question first (BERT,
-RoBERTa, BlockBERT, ...). `rank_answers` is the shared post-processing (n-best spans, SQuAD 2.0 null answer and its
-threshold) that `blockbert_hf.qa` and `examples/run_qa.py` use too.
+RoBERTa, BlockBERT, ...). The windows (`tokenize_windows`) and the post-processing (`rank_answers`: n-best spans, SQuAD
+2.0 null answer and its threshold) are shared with the training and evaluation code of `blockbert_hf.qa`, so the
+pipeline answers from the same windows a fine-tuned model was trained and evaluated on.
 
 This file is copied next to every saved BlockBERT checkpoint (`config.custom_pipelines`), so that
 `pipeline("question-answering", model=folder, trust_remote_code=True)` works where `blockbert_hf` is not installed:
 it imports only numpy, torch and transformers.
 """
 
+import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -44,7 +47,7 @@ _NO_LENGTH_LIMIT = 1_000_000
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Post-processing shared with run_qa: best spans over windows, n-best list, null answer (SQuAD 2.0)
+# Post-processing shared with `blockbert_hf.qa`: best spans over windows, n-best list, null answer (SQuAD 2.0)
 # ---------------------------------------------------------------------------------------------------------------------
 
 
@@ -152,6 +155,11 @@ def rank_answers(
     return RankedAnswers(answers=answers, null_probability=null_probability)
 
 
+# ---------------------------------------------------------------------------------------------------------------------
+# Windows shared with the training and evaluation features of `blockbert_hf.qa`
+# ---------------------------------------------------------------------------------------------------------------------
+
+
 def context_offsets(offset_mapping, sequence_ids, context_sequence_id: int = 1) -> list[tuple[int, int] | None]:
     """The offsets of one window with None for every token that is not part of the context."""
     return [
@@ -160,37 +168,109 @@ def context_offsets(offset_mapping, sequence_ids, context_sequence_id: int = 1) 
     ]
 
 
-def question_room(tokenizer, question: str, max_seq_len: int) -> int:
-    """How many context tokens fit in one window next to `question`."""
-    question_tokens = len(tokenizer(question, add_special_tokens=False)["input_ids"])
-    return max_seq_len - question_tokens - tokenizer.num_special_tokens_to_add(pair=True)
+def check_questions_fit(
+    tokenizer,
+    questions: Sequence[str],
+    max_seq_len: int,
+    doc_stride: int,
+    question_ids: Sequence[str] | None = None,
+    source: str = "the data",
+) -> None:
+    """Raises a `ValueError` when a question leaves no more context room per window than `doc_stride` (the overlap
+    between windows; the tokenizers library panics instead of raising). With `question_ids`, the error names the
+    questions that are too long."""
+    if not questions:
+        return
+    lengths = [len(ids) for ids in tokenizer(list(questions), add_special_tokens=False)["input_ids"]]
+    rooms = [max_seq_len - length - tokenizer.num_special_tokens_to_add(pair=True) for length in lengths]
+    too_long = [index for index, room in enumerate(rooms) if room <= doc_stride]
+    if not too_long:
+        return
+    room = max(rooms[too_long[0]], 0)
+    message = (
+        f"leaves room for only {room} context tokens in a window of max_seq_len = {max_seq_len} tokens, which must "
+        f"exceed doc_stride = {doc_stride} (the overlap between windows). Shorten the question, lower doc_stride, or "
+        "use a model with a longer sequence length N."
+    )
+    if question_ids is None:
+        raise ValueError(f"The question {message}")
+    ids = [question_ids[index] for index in too_long]
+    raise ValueError(f"{len(ids)} question(s) are too long (ids {ids[:5]}). Question {ids[0]!r} of {source} {message}")
 
 
-def check_window_room(room: int, doc_stride: int, max_seq_len: int, what: str = "The question") -> None:
-    """Raises if a question leaves no more context room per window than the overlap between windows."""
-    if room <= doc_stride:
-        raise ValueError(
-            f"{what} leaves room for only {max(room, 0)} context tokens in a window of max_seq_len = {max_seq_len} "
-            f"tokens, which must exceed doc_stride = {doc_stride} (the overlap between windows). Shorten the "
-            "question, lower doc_stride, or use a model with a longer sequence length N."
-        )
+def tokenize_windows(
+    tokenizer,
+    questions: Sequence[str],
+    contexts: Sequence[str],
+    max_seq_len: int,
+    doc_stride: int,
+    question_ids: Sequence[str] | None = None,
+) -> dict[str, list]:
+    """Cuts each (question, context) pair into windows of at most `max_seq_len` tokens: the question, then as much
+    context as fits, consecutive windows overlapping by `doc_stride` context tokens. No padding.
+
+    Returns one entry per window under each key:
+    - the model inputs the tokenizer makes (`tokenizer.model_input_names`, e.g. `input_ids`, `attention_mask`);
+    - `sample_index`: which pair the window comes from (its position in `questions`);
+    - `offsets`: the `(start, end)` character span of each token in its context, None for other tokens;
+    - `null_index`: the token whose logits score "no answer" (the CLS token, else the first).
+    Questions lose their leading spaces (they only waste window room). Raises `check_questions_fit`'s error for a
+    question that is too long (named by `question_ids` when given).
+    """
+    questions = [question.lstrip() for question in questions]
+    check_questions_fit(tokenizer, questions, max_seq_len, doc_stride, question_ids)
+    encoded = tokenizer(
+        questions,
+        list(contexts),
+        truncation="only_second",
+        max_length=max_seq_len,
+        stride=doc_stride,
+        return_overflowing_tokens=True,
+        return_offsets_mapping=True,
+        padding=False,
+    )
+    windows = {name: encoded[name] for name in tokenizer.model_input_names if name in encoded}
+    windows["sample_index"] = list(encoded["overflow_to_sample_mapping"])
+    windows["offsets"] = [
+        context_offsets(offsets, encoded.sequence_ids(index)) for index, offsets in enumerate(encoded["offset_mapping"])
+    ]
+    cls_id = tokenizer.cls_token_id
+    windows["null_index"] = [
+        input_ids.index(cls_id) if cls_id is not None and cls_id in input_ids else 0
+        for input_ids in encoded["input_ids"]
+    ]
+    return windows
 
 
-def default_max_seq_len(model, tokenizer) -> int:
-    """The longest window the model takes: BlockBERT's N (`config.max_sequence_length`) and the tokenizer's
-    `model_max_length`, whichever is smaller; 384 when neither is known."""
+def max_seq_len_limit(model, tokenizer) -> int | None:
+    """The longest window the model and tokenizer are known to take: BlockBERT's N (`config.max_sequence_length`)
+    and the tokenizer's `model_max_length`, whichever is smaller; None when neither is recorded."""
     limits = []
     model_length = getattr(model.config, "max_sequence_length", None)
     if model_length:
         limits.append(int(model_length))
-    if tokenizer.model_max_length and tokenizer.model_max_length < _NO_LENGTH_LIMIT:
-        limits.append(int(tokenizer.model_max_length))
-    return min(limits) if limits else 384
+    tokenizer_length = getattr(tokenizer, "model_max_length", None)
+    if tokenizer_length and tokenizer_length < _NO_LENGTH_LIMIT:
+        limits.append(int(tokenizer_length))
+    return min(limits) if limits else None
+
+
+def default_max_seq_len(model, tokenizer) -> int:
+    """The default window length: `max_seq_len_limit`, or 384 when no limit is recorded."""
+    return max_seq_len_limit(model, tokenizer) or 384
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # The pipeline
 # ---------------------------------------------------------------------------------------------------------------------
+
+
+def _checked_int(name: str, value, minimum: int) -> int:
+    """`value` as an int, or a `ValueError` naming the parameter and what it takes."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or value < minimum:
+        wanted = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise ValueError(f"{name} must be {wanted}, got {value!r}.")
+    return int(value)
 
 
 @dataclass
@@ -280,26 +360,37 @@ class ExtractiveQuestionAnsweringPipeline(ChunkPipeline):
             raise TypeError(f"Unknown question-answering parameters: {sorted(kwargs)}.")
         preprocess_params = {}
         if doc_stride is not None:
-            if doc_stride < 0:
-                raise ValueError(f"doc_stride must be >= 0, got {doc_stride}.")
-            preprocess_params["doc_stride"] = doc_stride
+            preprocess_params["doc_stride"] = _checked_int("doc_stride", doc_stride, minimum=0)
         if max_seq_len is not None:
+            max_seq_len = _checked_int("max_seq_len", max_seq_len, minimum=1)
+            limit = max_seq_len_limit(self.model, self.tokenizer)
+            if limit is not None and max_seq_len > limit:
+                raise ValueError(
+                    f"max_seq_len = {max_seq_len} exceeds the longest window this model and tokenizer take ({limit} "
+                    "tokens); pass at most that, or leave max_seq_len unset to use it."
+                )
             preprocess_params["max_seq_len"] = max_seq_len
         postprocess_params = {}
         if top_k is not None:
-            if top_k < 1:
-                raise ValueError(f"top_k must be >= 1, got {top_k}.")
-            postprocess_params["top_k"] = top_k
+            postprocess_params["top_k"] = _checked_int("top_k", top_k, minimum=1)
         if max_answer_len is not None:
-            if max_answer_len < 1:
-                raise ValueError(f"max_answer_len must be >= 1, got {max_answer_len}.")
-            postprocess_params["max_answer_len"] = max_answer_len
-        if handle_impossible_answer is not None:
-            postprocess_params["handle_impossible_answer"] = handle_impossible_answer
-        if null_score_diff_threshold is not None:
-            postprocess_params["null_score_diff_threshold"] = null_score_diff_threshold
+            postprocess_params["max_answer_len"] = _checked_int("max_answer_len", max_answer_len, minimum=1)
         if n_best is not None:
-            postprocess_params["n_best"] = n_best
+            postprocess_params["n_best"] = _checked_int("n_best", n_best, minimum=1)
+        if handle_impossible_answer is not None:
+            if not isinstance(handle_impossible_answer, (bool, np.bool_)):
+                raise ValueError(f"handle_impossible_answer must be True or False, got {handle_impossible_answer!r}.")
+            postprocess_params["handle_impossible_answer"] = bool(handle_impossible_answer)
+        if null_score_diff_threshold is not None:
+            if (
+                isinstance(null_score_diff_threshold, (bool, np.bool_))
+                or not isinstance(null_score_diff_threshold, numbers.Real)
+                or not math.isfinite(null_score_diff_threshold)
+            ):
+                raise ValueError(
+                    f"null_score_diff_threshold must be a finite number, got {null_score_diff_threshold!r}."
+                )
+            postprocess_params["null_score_diff_threshold"] = float(null_score_diff_threshold)
         return preprocess_params, {}, postprocess_params
 
     @staticmethod
@@ -319,28 +410,14 @@ class ExtractiveQuestionAnsweringPipeline(ChunkPipeline):
             max_seq_len = default_max_seq_len(self.model, self.tokenizer)
         if doc_stride is None:
             doc_stride = min(DEFAULT_DOC_STRIDE, max_seq_len // 2)
-        # Leading spaces of a question only waste window room (some SQuAD questions have many).
-        question = question.lstrip()
-        check_window_room(question_room(self.tokenizer, question, max_seq_len), doc_stride, max_seq_len)
-        encoded = self.tokenizer(
-            question,
-            context,
-            truncation="only_second",
-            max_length=max_seq_len,
-            stride=doc_stride,
-            return_overflowing_tokens=True,
-            return_offsets_mapping=True,
-            padding=False,
-        )
-        num_windows = len(encoded["input_ids"])
-        model_input_names = [name for name in self.tokenizer.model_input_names if name in encoded]
+        windows = tokenize_windows(self.tokenizer, [question], [context], max_seq_len, doc_stride)
+        model_input_names = [name for name in self.tokenizer.model_input_names if name in windows]
+        num_windows = len(windows["input_ids"])
         for index in range(num_windows):
-            offsets = context_offsets(encoded["offset_mapping"][index], encoded.sequence_ids(index))
-            input_ids = encoded["input_ids"][index]
-            cls_id = self.tokenizer.cls_token_id
-            null_index = input_ids.index(cls_id) if cls_id is not None and cls_id in input_ids else 0
-            window = {name: torch.tensor([encoded[name][index]]) for name in model_input_names}
-            window["window"] = _Window(context=context, offsets=offsets, null_index=null_index)
+            window = {name: torch.tensor([windows[name][index]]) for name in model_input_names}
+            window["window"] = _Window(
+                context=context, offsets=windows["offsets"][index], null_index=windows["null_index"][index]
+            )
             window["is_last"] = index == num_windows - 1
             yield window
 
@@ -389,9 +466,10 @@ __all__ = [
     "RankedAnswers",
     "WindowLogits",
     "best_window_spans",
-    "check_window_room",
+    "check_questions_fit",
     "context_offsets",
     "default_max_seq_len",
-    "question_room",
+    "max_seq_len_limit",
     "rank_answers",
+    "tokenize_windows",
 ]

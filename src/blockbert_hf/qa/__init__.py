@@ -1,0 +1,59 @@
+"""Extractive question answering: data (`data`), window features (`features`), post-processing and SQuAD metrics
+(`postprocessing`), and the fine-tuning/evaluation loop that `examples/run_qa.py` wires to its command line
+(`finetuning`). `python -m blockbert_hf.qa split-articles SRC OUT_DIR` splits a SQuAD file into two halves."""
+
+from .data import (
+    HUB_DATASETS,
+    QA_COLUMNS,
+    QA_FEATURES,
+    check_qa_dataset,
+    has_impossible_questions,
+    load_qa_dataset,
+    mrqa_row,
+    read_mrqa_jsonl,
+    read_squad_json,
+    realign_answers,
+    split_squad_articles,
+)
+from .features import EVAL_METADATA_COLUMNS, check_question_lengths, prepare_eval_features, prepare_train_features
+from .finetuning import (
+    LEARNING_RATE_GRID,
+    QARunConfig,
+    resolve_window_lengths,
+    run_qa,
+)
+from .postprocessing import (
+    SquadMetric,
+    load_squad_metric,
+    normalize_answer,
+    postprocess_qa_predictions,
+    squad_references,
+)
+
+
+__all__ = [
+    "EVAL_METADATA_COLUMNS",
+    "HUB_DATASETS",
+    "LEARNING_RATE_GRID",
+    "QA_COLUMNS",
+    "QA_FEATURES",
+    "QARunConfig",
+    "SquadMetric",
+    "check_qa_dataset",
+    "check_question_lengths",
+    "has_impossible_questions",
+    "load_qa_dataset",
+    "load_squad_metric",
+    "mrqa_row",
+    "normalize_answer",
+    "postprocess_qa_predictions",
+    "prepare_eval_features",
+    "prepare_train_features",
+    "read_mrqa_jsonl",
+    "read_squad_json",
+    "realign_answers",
+    "resolve_window_lengths",
+    "run_qa",
+    "split_squad_articles",
+    "squad_references",
+]

@@ -1,0 +1,202 @@
+"""QA data: errors that name the file, line and what is wrong; files whose answers are not in their contexts; and the
+training/evaluation windows, which are the pipeline's own."""
+
+import ast
+import json
+import logging
+
+import datasets
+import pytest
+from conftest import REPO_ROOT, tiny_config
+
+from blockbert_hf import BlockBertForQuestionAnswering
+from blockbert_hf.pipeline_question_answering import ExtractiveQuestionAnsweringPipeline
+from blockbert_hf.qa import (
+    QARunConfig,
+    check_qa_dataset,
+    load_qa_dataset,
+    prepare_eval_features,
+    read_mrqa_jsonl,
+    read_squad_json,
+    realign_answers,
+    run_qa,
+)
+from blockbert_hf.saving import save_atomically
+from blockbert_hf.tokenization import match_tokenizer_to_config
+
+
+SQUAD_V1 = REPO_ROOT / "data" / "samples" / "squad_v1.1_dev_sample.json"
+CONTEXT = "The Naktong River runs south. Its perimeter was held in 1950."
+HEADER = json.dumps({"header": {"dataset": "SQuAD", "split": "dev"}})
+GOOD_RECORD = json.dumps(
+    {
+        "context": CONTEXT,
+        "qas": [
+            {
+                "qid": "q1",
+                "question": "Which river?",
+                "detected_answers": [{"text": "Naktong River", "char_spans": [[4, 16]]}],
+            }
+        ],
+    }
+)
+
+
+def squad_file(path, answers_by_id: dict[str, dict]):
+    """A one-paragraph SQuAD file over `CONTEXT` with one question per id."""
+    qas = [
+        {"id": qid, "question": "What?", "answers": [{"text": a["text"], "answer_start": a["start"]}]}
+        for qid, a in answers_by_id.items()
+    ]
+    article = {"title": "T", "paragraphs": [{"context": CONTEXT, "qas": qas}]}
+    path.write_text(json.dumps({"version": "1.1", "data": [article]}))
+    return path
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Malformed files: the error names the file, the line and what is wrong
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "bad_line, what",
+    [
+        ('{"context": "Some text.", "qas": [', r"invalid JSON at column \d+"),
+        (json.dumps({"qas": []}), "not an MRQA record, missing field 'context'"),
+        (json.dumps({"context": "Text.", "qas": [{"qid": "x"}]}), "not an MRQA record, missing field 'question'"),
+        ("[1, 2]", r"not an MRQA record \(a JSON list\)"),
+        ("5", r"not an MRQA record \(a JSON int\)"),
+    ],
+)
+def test_malformed_jsonl_lines_name_the_file_the_line_and_the_fault(tmp_path, bad_line, what):
+    path = tmp_path / "broken.jsonl"
+    path.write_text("\n".join([HEADER, GOOD_RECORD, "", bad_line, GOOD_RECORD]) + "\n")
+    with pytest.raises(ValueError, match=rf"broken\.jsonl, line 4: {what}"):
+        read_mrqa_jsonl(path)
+
+
+def test_malformed_or_non_utf8_json_files_are_named(tmp_path):
+    truncated = tmp_path / "truncated.json"
+    truncated.write_text(SQUAD_V1.read_text()[:5000])
+    with pytest.raises(ValueError, match=r"truncated\.json: invalid JSON at line \d+, column \d+"):
+        load_qa_dataset(str(truncated))
+    latin1 = tmp_path / "latin1.jsonl"
+    latin1.write_bytes((HEADER + "\n" + GOOD_RECORD.replace("Naktong", "Nakt\u00f6ng") + "\n").encode("latin-1"))
+    with pytest.raises(ValueError, match=r"latin1\.jsonl is not UTF-8 text.*re-encode it as UTF-8"):
+        load_qa_dataset(str(latin1))
+
+
+def test_a_file_without_questions_is_an_error(tmp_path):
+    (tmp_path / "empty.json").write_text(json.dumps({"version": "1.1", "data": []}))
+    with pytest.raises(ValueError, match=r"empty\.json has no questions"):
+        load_qa_dataset(str(tmp_path / "empty.json"))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Answers that are not in their context
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def mojibake(text: str) -> str:
+    """UTF-8 text decoded as Latin-1, as when a file is written in one encoding and read in the other."""
+    return text.encode("utf-8").decode("latin-1")
+
+
+def test_a_file_in_which_no_answer_is_in_its_context_is_an_error(tmp_path):
+    path = squad_file(
+        tmp_path / "wrong.json",
+        {"q1": {"text": mojibake("Naktong River’s"), "start": 4}, "q2": {"text": "1951", "start": 56}},
+    )
+    with pytest.raises(ValueError) as error:
+        load_qa_dataset(str(path))
+    message = str(error.value)
+    assert str(path) in message
+    assert "none of the 2 answered question(s)" in message and "['q1', 'q2']" in message
+    assert "answer_start" in message and "encoding" in message
+
+
+def test_answers_missing_from_some_contexts_are_counted_in_a_warning_and_dropped(tmp_path, caplog):
+    path = squad_file(
+        tmp_path / "partly.json",
+        {
+            "good": {"text": "Naktong River", "start": 4},
+            "shifted": {"text": "1950", "start": 50},
+            "lost": {"text": "armada", "start": 0},
+        },
+    )
+    with caplog.at_level(logging.WARNING, logger="blockbert_hf.qa.data"):
+        dataset = load_qa_dataset(str(path))
+    assert len(dataset) == 3
+    assert f"{path}: 1 of 3 answered question(s) have no answer" in caplog.text and "['lost']" in caplog.text
+    fixed, counts = realign_answers(dataset)
+    assert fixed["id"] == ["good", "shifted"]
+    assert counts == {"realigned": 1, "dropped": 1, "removed_questions": 1}
+
+
+def test_realign_answers_refuses_to_drop_every_answered_question():
+    dataset = datasets.Dataset.from_dict(
+        {
+            "id": ["lost", "impossible"],
+            "question": ["What?"] * 2,
+            "context": [CONTEXT] * 2,
+            "answers": [{"text": ["armada"], "answer_start": [0]}, {"text": [], "answer_start": []}],
+        }
+    )
+    with pytest.raises(ValueError, match=r"train\.json: none of the 1 answered question\(s\).*\['lost'\]"):
+        realign_answers(dataset, "train.json")
+    with pytest.raises(ValueError, match="none of the 1 answered"):
+        check_qa_dataset(dataset, "train.json")
+
+
+def test_run_qa_says_why_before_training_on_a_file_whose_answers_are_not_in_their_contexts(tmp_path, tokenizer):
+    """The end-to-end symptom: training used to stop with `num_samples = 0` from the sampler."""
+    config = tiny_config(vocab_size=len(tokenizer))
+    match_tokenizer_to_config(tokenizer, config)
+    model_dir = save_atomically(
+        tmp_path / "model", BlockBertForQuestionAnswering(config).save_pretrained, tokenizer.save_pretrained
+    )
+    path = squad_file(tmp_path / "train.json", {"q1": {"text": mojibake("Naktong Rivér"), "start": 4}})
+    run = QARunConfig(
+        model_name_or_path=str(model_dir),
+        output_dir=str(tmp_path / "out"),
+        train_file=str(path),
+        do_train=True,
+        doc_stride=16,
+    )
+    with pytest.raises(ValueError, match=r"train\.json: none of the 1 answered question\(s\)"):
+        run_qa(run)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Windows: one implementation, in the pipeline file
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_evaluation_windows_are_the_pipelines_windows(tokenizer):
+    config = tiny_config(vocab_size=len(tokenizer))
+    match_tokenizer_to_config(tokenizer, config)
+    qa = ExtractiveQuestionAnsweringPipeline(model=BlockBertForQuestionAnswering(config).eval(), tokenizer=tokenizer)
+    examples = read_squad_json(SQUAD_V1).select(range(0, 200, 40))
+    features = prepare_eval_features(examples[:], tokenizer, max_seq_length=64, doc_stride=16)
+    for example in examples:
+        windows = list(qa.preprocess(example, doc_stride=16, max_seq_len=64))
+        mine = [index for index, example_id in enumerate(features["example_id"]) if example_id == example["id"]]
+        assert len(mine) == len(windows) > 1
+        for index, window in zip(mine, windows):
+            assert window["input_ids"][0].tolist() == features["input_ids"][index]
+            assert window["window"].offsets == features["offset_mapping"][index]
+            assert window["window"].null_index == features["null_index"][index]
+
+
+def test_training_features_import_the_window_logic_from_the_pipeline_file():
+    """The pipeline file is copied into saved folders: the dependency goes from `qa` to it, never the other way."""
+    package = REPO_ROOT / "src" / "blockbert_hf"
+    features = ast.parse((package / "qa" / "features.py").read_text())
+    imported = {
+        alias.name
+        for node in ast.walk(features)
+        if isinstance(node, ast.ImportFrom) and node.module == "pipeline_question_answering"
+        for alias in node.names
+    }
+    assert "tokenize_windows" in imported
+    assert "tokenizer(" not in (package / "qa" / "features.py").read_text()  # no second window tokenization
