@@ -16,19 +16,27 @@ blockwise flags override its config). Tokenizer: --tokenizer_name, the model's, 
 (--train_tokenizer_vocab_size), saved with the model.
 Defaults are the paper's: AdamW (0.9, 0.999, eps 1e-8), weight decay 0.01, peak lr 2.5e-4 with linear warmup and
 decay, gradient clipping 1.0, 131,072 tokens per batch (B x N, split into processes x micro-batches x accumulation).
-Outputs in --output_dir: metrics.jsonl (+ TensorBoard), checkpoints/step_K (atomic; --resume_from_checkpoint latest
-continues exactly), final_model/, results.json. All logic is in `blockbert_hf.pretraining`.
+Outputs in --output_dir: run_args.json, metrics.jsonl (+ TensorBoard), checkpoints/step_K (atomic), final_model/,
+results.json. An output folder of another run (other arguments, or finished) is refused before any work: pass
+--resume to continue from the latest checkpoint (exactly: same losses as an uninterrupted run) or
+--overwrite_output_dir to start over. The loss turning NaN/inf stops the run; its last checkpoint stays.
+Two CPU processes: `ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes 2 examples/run_mlm.py ...`.
+All logic is in `blockbert_hf.pretraining`.
 """
 
 import json
+import logging
 
 from transformers import HfArgumentParser
 
 from blockbert_hf.pretraining import PretrainingArguments, run_pretraining
+from blockbert_hf.training import HelpFormatter
 
 
 def main(argv=None):
-    (args,) = HfArgumentParser(PretrainingArguments).parse_args_into_dataclasses(args=argv)
+    parser = HfArgumentParser(PretrainingArguments, description=__doc__, formatter_class=HelpFormatter)
+    (args,) = parser.parse_args_into_dataclasses(args=argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     results = run_pretraining(args)
     if results.get("finished") and "eval_perplexity" in results:
         print(json.dumps({key: results[key] for key in ("step", "eval_loss", "eval_perplexity", "tokens_per_second")}))

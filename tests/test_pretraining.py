@@ -1,9 +1,11 @@
 """MLM pre-training (`blockbert_hf.pretraining`, `examples/run_mlm.py`): documents, DOC-SENTENCES packing, masking,
-batch geometry, exact resume after an interruption, and a 2-process run matching the 1-process loss."""
+batch geometry, exact resume after an interruption, a 2-process run matching the 1-process loss, the guards (output
+folder, launch, NaN loss), checkpoint rotation, and `examples/evaluate_mlm.py`'s refusal of meaningless scores."""
 
 import gzip
 import json
 import os
+import runpy
 import socket
 import subprocess
 import sys
@@ -11,13 +13,14 @@ from dataclasses import replace
 
 import pytest
 import torch
-from conftest import REPO_ROOT, SAMPLE_TEXT
+from conftest import REPO_ROOT, SAMPLE_TEXT, tiny_config
 from safetensors.torch import load_file
 from transformers import AutoTokenizer, RobertaConfig, RobertaForMaskedLM
 
-from blockbert_hf import BlockBertForMaskedLM
+from blockbert_hf import BlockBertForMaskedLM, BlockBertModel
 from blockbert_hf.conversion import conversion_summary, convert_checkpoint, save_converted
 from blockbert_hf.pretraining import (
+    MaskedLMLoss,
     MaskingCollator,
     PretrainingArguments,
     batch_geometry,
@@ -30,6 +33,13 @@ from blockbert_hf.pretraining import (
     split_documents,
     tokenize_and_pack,
 )
+from blockbert_hf.pretraining import trainer as pretraining_trainer
+from blockbert_hf.saving import save_atomically
+from blockbert_hf.tokenization import match_tokenizer_to_config
+from blockbert_hf.training import NonFiniteLossError, OutputDirError, read_metrics
+
+
+RUN_ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
 def _tiny_args(output_dir, **overrides) -> PretrainingArguments:
@@ -61,15 +71,24 @@ def _tiny_args(output_dir, **overrides) -> PretrainingArguments:
     return PretrainingArguments(**fields)
 
 
-def _losses(output_dir) -> dict:
-    """{(step, kind): value} from metrics.jsonl, kind "loss" or "eval_loss"."""
-    found = {}
-    for line in (output_dir / "metrics.jsonl").read_text().splitlines():
-        record = json.loads(line)
-        for kind in ("loss", "eval_loss"):
-            if kind in record:
-                found[(record["step"], kind)] = record[kind]
-    return found
+def _losses(output_dir) -> list[tuple[tuple[int, str], float]]:
+    """[((step, kind), value)] in the order of metrics.jsonl, kind "loss" or "eval_loss"."""
+    return [
+        ((record["step"], kind), record[kind])
+        for record in read_metrics(output_dir / "metrics.jsonl")
+        for kind in ("loss", "eval_loss")
+        if kind in record
+    ]
+
+
+def _script_args(args: PretrainingArguments) -> list[str]:
+    """The `examples/run_mlm.py` command line of `args` (options that differ from the defaults)."""
+    defaults = PretrainingArguments(output_dir="unused")
+    script_args = []
+    for key, value in vars(args).items():
+        if value is not None and (key == "output_dir" or value != getattr(defaults, key)):
+            script_args += [f"--{key}"] + ([str(v) for v in value] if isinstance(value, list) else [str(value)])
+    return script_args
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -186,13 +205,20 @@ def test_interrupted_run_resumes_exactly(tmp_path):
     partial = run_pretraining(replace(interrupted, stop_after_step=5))
     assert not partial["finished"] and [path.name for path in list_checkpoints(interrupted.output_dir)] == ["step_3"]
     assert not (tmp_path / "resumed" / "final_model").exists()
+    # What a kill leaves behind: a checkpoint half-written into its staging folder, a torn last metrics line.
+    checkpoints = tmp_path / "resumed" / "checkpoints"
+    (checkpoints / ".step_6.tmp-x8k2").mkdir()
+    (checkpoints / ".step_6.tmp-x8k2" / "model.safetensors").write_bytes(b"half")
+    with (tmp_path / "resumed" / "metrics.jsonl").open("a") as handle:
+        handle.write('{"step": 6, "loss": 4.1')
     run_pretraining(replace(interrupted, resume_from_checkpoint="latest"))
+    assert [path.name for path in checkpoints.iterdir()] == ["step_3", "step_6"]
 
     expected, actual = _losses(tmp_path / "reference"), _losses(tmp_path / "resumed")
-    assert expected.keys() == actual.keys() and len(expected) == 8  # 6 steps, 2 evaluations, logged once each
-    for key in expected:
-        assert actual[key] == pytest.approx(expected[key], abs=1e-6), key
-    assert expected[(6, "loss")] < expected[(1, "loss")] - 0.1  # it did learn something
+    assert [key for key, _ in expected] == [key for key, _ in actual] and len(expected) == 8  # each logged once
+    for (key, value), (_, resumed_value) in zip(expected, actual):
+        assert resumed_value == pytest.approx(value, abs=1e-6), key
+    assert dict(expected)[(6, "loss")] < dict(expected)[(1, "loss")] - 0.1  # it did learn something
     weights = [load_file(tmp_path / run / "final_model" / "model.safetensors") for run in ("reference", "resumed")]
     for name, tensor in weights[0].items():
         torch.testing.assert_close(weights[1][name], tensor, rtol=0, atol=1e-6)
@@ -317,11 +343,7 @@ def test_two_processes_match_one_process(tmp_path):
         eval_steps=2,
     )
     run_pretraining(_tiny_args(tmp_path / "one", **args))
-    defaults = PretrainingArguments(output_dir="unused")
-    script_args = []
-    for key, value in vars(_tiny_args(tmp_path / "two", **args)).items():
-        if value is not None and (key == "output_dir" or value != getattr(defaults, key)):
-            script_args += [f"--{key}"] + ([str(v) for v in value] if isinstance(value, list) else [str(value)])
+    script_args = _script_args(_tiny_args(tmp_path / "two", **args))
     command = [
         sys.executable,
         "-m",
@@ -340,7 +362,7 @@ def test_two_processes_match_one_process(tmp_path):
         str(REPO_ROOT / "examples" / "run_mlm.py"),
         *script_args,
     ]
-    environment = {**os.environ, "ACCELERATE_USE_CPU": "1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    environment = {**RUN_ENV, "ACCELERATE_USE_CPU": "1"}
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=environment)
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads((tmp_path / "two" / "results.json").read_text())["num_processes"] == 2
@@ -349,7 +371,126 @@ def test_two_processes_match_one_process(tmp_path):
     assert {"random_states_0.pkl", "random_states_1.pkl", "trainer_state.json"} <= set(os.listdir(checkpoint))
     assert not [name for name in os.listdir(checkpoint.parent) if name.startswith(".")]
     expected, actual = _losses(tmp_path / "one"), _losses(tmp_path / "two")
-    assert expected.keys() == actual.keys() and len(expected) == 6
-    for key in expected:
-        assert actual[key] == pytest.approx(expected[key], abs=1e-4), key
-    assert expected[(4, "loss")] < expected[(1, "loss")] - 0.1
+    assert [key for key, _ in expected] == [key for key, _ in actual] and len(expected) == 6
+    for (key, value), (_, other) in zip(expected, actual):
+        assert other == pytest.approx(value, abs=1e-4), key
+    assert dict(expected)[(4, "loss")] < dict(expected)[(1, "loss")] - 0.1
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Guards, checkpoint rotation, kills
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_save_total_limit_keeps_only_the_newest_checkpoints(tmp_path):
+    run_pretraining(_tiny_args(tmp_path, max_train_steps=4, checkpointing_steps=1, eval_steps=None, save_total_limit=2))
+    assert [path.name for path in list_checkpoints(tmp_path)] == ["step_3", "step_4"]
+
+
+def test_an_output_folder_of_another_or_a_finished_run_is_refused_before_any_work(tmp_path, monkeypatch):
+    """A fresh run with another tokenizer size used to reuse the earlier run's trained tokenizer/ silently."""
+    args = _tiny_args(tmp_path, max_train_steps=1, checkpointing_steps=None, eval_steps=None)
+    run_pretraining(args)
+    metrics = (tmp_path / "metrics.jsonl").read_text()
+    with monkeypatch.context() as patched:
+        patched.setattr(pretraining_trainer, "load_training_data", lambda args: pytest.fail("work started"))
+        with pytest.raises(OutputDirError, match="--train_tokenizer_vocab_size 1000 there, 600 now"):
+            run_pretraining(replace(args, train_tokenizer_vocab_size=600))
+        with pytest.raises(OutputDirError, match=r"holds a finished run \(final_model, results.json\)"):
+            run_pretraining(args)
+    assert (tmp_path / "metrics.jsonl").read_text() == metrics
+    run_pretraining(replace(args, train_tokenizer_vocab_size=600, overwrite_output_dir=True))
+    assert len(AutoTokenizer.from_pretrained(tmp_path / "final_model")) == 600
+
+
+def test_resume_refuses_changed_model_flags_or_learning_rate(tmp_path):
+    args = _tiny_args(tmp_path, max_train_steps=4, checkpointing_steps=2, eval_steps=None, stop_after_step=2)
+    run_pretraining(args)
+    for changed in ({"learning_rate": 5e-3}, {"attention_pattern": "full"}, {"hidden_dropout_prob": 0.2}):
+        name = next(iter(changed))
+        with pytest.raises(OutputDirError, match=f"Cannot resume: .*--{name} "):
+            run_pretraining(replace(args, resume=True, stop_after_step=None, **changed))
+    with pytest.raises(OutputDirError, match="pass --resume to continue"):
+        run_pretraining(replace(args, stop_after_step=None))
+    # Logging is resume-safe; a checkpoint of another folder brings its run's trained tokenizer along.
+    checkpoint = str(list_checkpoints(tmp_path)[-1])
+    elsewhere = replace(args, output_dir=str(tmp_path / "b"), resume_from_checkpoint=checkpoint, logging_steps=2)
+    results = run_pretraining(replace(elsewhere, stop_after_step=None))
+    assert results["finished"] and results["step"] == 4 and (tmp_path / "b" / "tokenizer").is_dir()
+
+
+class _Killed(Exception):
+    """Stands for the process being killed."""
+
+
+def test_a_run_killed_after_its_last_checkpoint_logs_nothing_twice_when_resumed(tmp_path, monkeypatch):
+    args = _tiny_args(tmp_path, max_train_steps=2, checkpointing_steps=2, eval_steps=None)
+
+    def killed(run):
+        raise _Killed
+
+    with monkeypatch.context() as patched:
+        patched.setattr(pretraining_trainer, "save_final_model", killed)
+        with pytest.raises(_Killed):  # after the final evaluation was logged, before the final model was saved
+            run_pretraining(args)
+    assert [key for key, _ in _losses(tmp_path)] == [(1, "loss"), (2, "loss"), (2, "eval_loss")]
+    run_pretraining(replace(args, resume=True))
+    assert [key for key, _ in _losses(tmp_path)] == [(1, "loss"), (2, "loss"), (2, "eval_loss")]
+
+
+def test_a_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+    calls = []
+    original = MaskedLMLoss.__call__
+
+    def turns_nan_at_step_3(self, model, batch, num_items_in_batch):
+        calls.append(1)
+        loss = original(self, model, batch, num_items_in_batch)
+        return loss * float("nan") if len(calls) > 4 else loss  # 2 micro-batches per step
+
+    monkeypatch.setattr(MaskedLMLoss, "__call__", turns_nan_at_step_3)
+    with pytest.raises(NonFiniteLossError, match=r"loss is nan at step 3.*last good checkpoint is .*step_2"):
+        run_pretraining(_tiny_args(tmp_path, max_train_steps=6, checkpointing_steps=2, eval_steps=None))
+    assert [path.name for path in list_checkpoints(tmp_path)] == ["step_2"]
+    assert not (tmp_path / "final_model").exists()
+    weights = load_file(list_checkpoints(tmp_path)[0] / "model.safetensors")
+    assert all(torch.isfinite(tensor).all() for tensor in weights.values())
+
+
+def test_run_mlm_refuses_a_multi_process_launch_that_accelerate_runs_as_one_process(tmp_path):
+    """Each process would otherwise run the whole job alone, all writing into one output folder."""
+    args = _tiny_args(tmp_path / "out", max_train_steps=1, checkpointing_steps=None, eval_steps=None)
+    result = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "examples" / "run_mlm.py"), *_script_args(args)],
+        capture_output=True,
+        text=True,
+        env={**RUN_ENV, "WORLD_SIZE": "2"},
+        timeout=300,
+    )
+    assert result.returncode != 0 and "set ACCELERATE_USE_CPU=1" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def _evaluate_mlm(monkeypatch, model_folder) -> int:
+    argv = ["evaluate_mlm.py", str(model_folder), "--validation_files", str(SAMPLE_TEXT), "--max_eval_sequences", "4"]
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit) as exit_info:
+        runpy.run_path(str(REPO_ROOT / "examples" / "evaluate_mlm.py"), run_name="__main__")
+    return exit_info.value.code
+
+
+def test_evaluate_mlm_fails_on_a_random_mlm_head_or_a_nan_perplexity(tmp_path, tokenizer, monkeypatch, capsys):
+    config = tiny_config(vocab_size=len(tokenizer))
+    match_tokenizer_to_config(tokenizer, config)
+    # A sentence encoder converted without its MLM head: the head would be randomly initialised.
+    save_atomically(tmp_path / "encoder", BlockBertModel(config).save_pretrained, tokenizer.save_pretrained)
+    assert _evaluate_mlm(monkeypatch, tmp_path / "encoder") == 1
+    assert "does not hold its MLM head: lm_head." in capsys.readouterr().err
+
+    broken = BlockBertForMaskedLM(config)
+    with torch.no_grad():
+        broken.lm_head.dense.weight[0, 0] = float("nan")
+    save_atomically(tmp_path / "nan", broken.save_pretrained, tokenizer.save_pretrained)
+    assert _evaluate_mlm(monkeypatch, tmp_path / "nan") == 1
+    output = capsys.readouterr()
+    assert "validation loss of" in output.err and " is nan " in output.err
+    assert json.loads(output.out.strip().splitlines()[-1])["eval_masked_tokens"] > 0

@@ -1,5 +1,6 @@
 """QA data loading and its errors, answer re-alignment, training windows, SQuAD metrics on hand-checked cases, and
-`examples/run_qa.py` end to end on the bundled SQuAD sample: train, evaluate, resume, and two processes."""
+`examples/run_qa.py` end to end on the bundled SQuAD sample: train, evaluate, resume, two processes, and the guards
+(output folder, launch, NaN loss)."""
 
 import gzip
 import json
@@ -18,9 +19,11 @@ from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 from blockbert_hf import BlockBertForQuestionAnswering
 from blockbert_hf.pipeline_question_answering import ExtractiveQuestionAnsweringPipeline
 from blockbert_hf.qa import (
+    QARunConfig,
     SquadMetric,
     check_qa_dataset,
     check_question_lengths,
+    finetuning,
     load_qa_dataset,
     normalize_answer,
     prepare_train_features,
@@ -28,10 +31,12 @@ from blockbert_hf.qa import (
     read_squad_json,
     realign_answers,
     resolve_window_lengths,
+    run_qa,
     split_squad_articles,
 )
 from blockbert_hf.saving import save_atomically
 from blockbert_hf.tokenization import match_tokenizer_to_config, train_roberta_tokenizer
+from blockbert_hf.training import NonFiniteLossError, OutputDirError, list_checkpoints
 
 
 SQUAD_V1 = REPO_ROOT / "data" / "samples" / "squad_v1.1_dev_sample.json"
@@ -302,6 +307,17 @@ def tiny_qa_folder(tmp_path_factory):
     return folder
 
 
+def _trained_run_config(tiny_qa_folder, output_dir, **changes) -> QARunConfig:
+    """The options of `trained_run`, as `examples/run_qa.py` parses them."""
+    fields = dict(
+        model_name_or_path=str(tiny_qa_folder), train_file=str(SQUAD_V1), validation_file=str(SQUAD_V1),
+        do_train=True, do_eval=True, max_train_steps=8, per_device_train_batch_size=8, learning_rate=1e-3,
+        checkpointing_steps="4", max_eval_samples=61, output_dir=str(output_dir), group_by_length=True,
+        doc_stride=32, per_device_eval_batch_size=8,
+    )  # fmt: skip
+    return QARunConfig(**{**fields, **changes})
+
+
 @pytest.fixture(scope="module")
 def trained_run(tiny_qa_folder):
     """Train 8 steps (batches grouped by length, a checkpoint every 4) and evaluate on 61 questions of the v1.1
@@ -424,3 +440,59 @@ def test_a_multi_process_launch_that_accelerate_runs_as_one_process_is_an_error(
     )  # fmt: skip
     assert result.returncode != 0 and "set ACCELERATE_USE_CPU=1" in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_run_qa_refuses_the_folder_of_another_or_a_finished_run_before_any_work(
+    trained_run, tiny_qa_folder, monkeypatch
+):
+    output, _ = trained_run
+    monkeypatch.setattr(finetuning, "_load_model_and_tokenizer", lambda config: pytest.fail("work started"))
+    with pytest.raises(OutputDirError, match="--learning_rate 0.001 there, 0.0005 now"):
+        run_qa(_trained_run_config(tiny_qa_folder, output, learning_rate=5e-4))
+    with pytest.raises(OutputDirError, match=r"holds a finished run \(model, eval_metrics.json\)"):
+        run_qa(_trained_run_config(tiny_qa_folder, output))
+    with pytest.raises(OutputDirError, match="--do_train True there, False now"):  # evaluating into it
+        run_qa(QARunConfig(model_name_or_path=str(output / "model"), output_dir=str(output), do_eval=True))
+
+
+def test_run_qa_resumes_only_a_checkpoint_of_the_same_run(trained_run, tiny_qa_folder, tmp_path, monkeypatch):
+    output, _ = trained_run
+    monkeypatch.setattr(finetuning, "_load_model_and_tokenizer", lambda config: pytest.fail("work started"))
+    checkpoint = str(output / "checkpoints" / "step_4")
+    changed = _trained_run_config(tiny_qa_folder, tmp_path, learning_rate=5e-4, resume_from_checkpoint=checkpoint)
+    with pytest.raises(OutputDirError, match="Cannot resume: .*--learning_rate 0.001 there, 0.0005 now"):
+        run_qa(changed)
+    with pytest.raises(OutputDirError, match="no complete checkpoint"):
+        run_qa(_trained_run_config(tiny_qa_folder, tmp_path, resume=True))
+
+
+def test_resuming_from_the_last_checkpoint_runs_no_step_past_max_train_steps(trained_run, tiny_qa_folder, tmp_path):
+    output, _ = trained_run
+    shutil.copytree(output / "checkpoints" / "step_8", tmp_path / "checkpoints" / "step_8")
+    summary = run_qa(_trained_run_config(tiny_qa_folder, tmp_path, do_eval=False, resume=True))
+    assert summary["completed_steps"] == 8
+    expected, got = (
+        load_file(output / "model" / "model.safetensors"),
+        load_file(tmp_path / "model" / "model.safetensors"),
+    )
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], rtol=0, atol=0)
+
+
+def test_a_nan_loss_stops_fine_tuning_and_keeps_the_last_good_checkpoint(tiny_qa_folder, tmp_path, monkeypatch):
+    calls = []
+    original = BlockBertForQuestionAnswering.forward
+
+    def turns_nan_at_step_3(self, *args, **kwargs):
+        output = original(self, *args, **kwargs)
+        calls.append(1)
+        if len(calls) >= 3:
+            output.loss = output.loss * float("nan")
+        return output
+
+    monkeypatch.setattr(BlockBertForQuestionAnswering, "forward", turns_nan_at_step_3)
+    config = _trained_run_config(tiny_qa_folder, tmp_path, do_eval=False, max_train_samples=40, checkpointing_steps="1")
+    with pytest.raises(NonFiniteLossError, match=r"loss is nan at step 3.*last good checkpoint is .*step_2"):
+        run_qa(config)
+    assert [path.name for path in list_checkpoints(tmp_path)] == ["step_1", "step_2"]
+    assert not (tmp_path / "model").exists()

@@ -1,7 +1,15 @@
-"""Files: atomic writes (a folder or file appears complete under its final name or not at all) and reading text."""
+"""Files: atomic writes (a folder or file appears complete under its final name or not at all) and reading text.
+
+Every folder is written through `atomic_directory`: a staging folder `.NAME.tmp-XXXX` beside the target, renamed into
+place when complete. With an `accelerator`, all processes write into the one staging folder (e.g. each its RNG state
+in a checkpoint) and it is renamed once every process is done. `remove_stale_staging` deletes what a killed write
+left behind.
+"""
 
 import gzip
+import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -9,21 +17,25 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
-@contextmanager
-def atomic_directory(path: str | os.PathLike):
-    """Yields a temporary folder beside `path`; on success it replaces `path` (an old folder there is removed only
-    after the new one is in place), on error it is deleted and `path` is left as it was."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+# `.NAME.tmp-XXXX` (a write in progress) and `.NAME.old-PID` (the folder it replaces, until the rename is done).
+_STAGING_NAME = re.compile(r"^\..+\.(tmp-[^/]+|old-\d+)$")
+
+
+def _current_umask() -> int:
     umask = os.umask(0)
     os.umask(umask)
-    staging.chmod(0o777 & ~umask)  # mkdtemp makes it owner-only; the result should look like any folder
-    try:
-        yield staging
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    return umask
+
+
+def _create_staging(target: Path) -> Path:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    staging.chmod(0o777 & ~_current_umask())  # mkdtemp makes it owner-only; the result should look like any folder
+    return staging
+
+
+def _replace_with(staging: Path, target: Path) -> None:
+    """Renames `staging` to `target`; an old folder there is removed only after the new one is in place."""
     backup = None
     if target.exists():
         backup = target.with_name(f".{target.name}.old-{os.getpid()}")
@@ -31,6 +43,46 @@ def atomic_directory(path: str | os.PathLike):
     os.replace(staging, target)
     if backup is not None:
         shutil.rmtree(backup, ignore_errors=True)
+
+
+@contextmanager
+def atomic_directory(path: str | os.PathLike, accelerator=None):
+    """Yields a temporary folder beside `path`; on success it replaces `path`, on error it is deleted and `path` is
+    left as it was. With an `accelerator` every process gets the same staging folder (created by the main process)
+    and the rename waits until every process has left the block."""
+    target = Path(path)
+    is_main = accelerator is None or accelerator.is_main_process
+    staging = _create_staging(target) if is_main else None
+    if accelerator is not None and accelerator.num_processes > 1:
+        from accelerate.utils import broadcast_object_list
+
+        shared = [str(staging) if staging is not None else None]
+        broadcast_object_list(shared)
+        staging = Path(shared[0])
+    try:
+        yield staging
+        if accelerator is not None:
+            accelerator.wait_for_everyone()
+    except BaseException:
+        if is_main:
+            shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if is_main:
+        _replace_with(staging, target)
+    if accelerator is not None:
+        accelerator.wait_for_everyone()
+
+
+def remove_stale_staging(folder: str | os.PathLike) -> list[Path]:
+    """Deletes the staging and backup folders that killed `atomic_directory` writes left in `folder`; returns them.
+    Call it where no write is in progress (e.g. before a run starts writing checkpoints)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    stale = [path for path in folder.iterdir() if path.is_dir() and _STAGING_NAME.match(path.name)]
+    for path in stale:
+        shutil.rmtree(path, ignore_errors=True)
+    return stale
 
 
 def save_atomically(path: str | os.PathLike, *savers: Callable[[Path], object]) -> Path:
@@ -58,13 +110,17 @@ def write_file_atomically(path, content: str | bytes | Callable) -> None:
             Path(temporary).write_text(content, encoding="utf-8")
         with open(temporary, "rb") as written:  # on disk before the rename, so a crash cannot leave an empty file
             os.fsync(written.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)  # mkstemp creates the file private; give it the usual permissions
+        os.chmod(temporary, 0o666 & ~_current_umask())  # mkstemp creates the file private; give it the usual mode
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def write_json_atomically(path: str | os.PathLike, obj, indent: int | None = 2) -> Path:
+    """Writes `obj` as UTF-8 JSON (ending in a newline) through `write_file_atomically`."""
+    write_file_atomically(path, json.dumps(obj, indent=indent, ensure_ascii=False) + "\n")
+    return Path(path)
 
 
 def open_text(path: str | os.PathLike):

@@ -1,0 +1,543 @@
+"""Fine-tuning and evaluation of extractive QA models: `run_qa(QARunConfig)`, which `examples/run_qa.py` wires to its
+command line. Checkpoints, exact resume, the metrics log and the guards come from `blockbert_hf.training`."""
+
+import json
+import math
+import numbers
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import datasets
+import numpy as np
+import torch
+import transformers
+from accelerate import Accelerator
+from accelerate.logging import get_logger
+from accelerate.utils import set_seed
+from torch.utils.data import DataLoader
+from tqdm.auto import tqdm
+from transformers import AutoModelForQuestionAnswering, AutoTokenizer, DataCollatorWithPadding
+from transformers.trainer_pt_utils import LengthGroupedSampler
+
+from ..pipeline_question_answering import default_max_seq_len
+from ..saving import save_atomically, write_json_atomically
+from ..training import (
+    METRICS_FILE,
+    MetricsLog,
+    OutputLayout,
+    check_finite,
+    check_launch,
+    check_output_dir,
+    checkpoint_to_resume,
+    claim_output_dir,
+    create_optimizer,
+    create_scheduler,
+    load_checkpoint,
+    run_arguments,
+    save_checkpoint,
+    step_scheduler,
+    warmup_steps,
+)
+from .data import has_impossible_questions, load_qa_dataset, realign_answers
+from .features import EVAL_METADATA_COLUMNS, check_question_lengths, prepare_eval_features, prepare_train_features
+from .postprocessing import load_squad_metric, postprocess_qa_predictions, squad_references
+
+
+logger = get_logger(__name__)
+
+# Fine-tuning defaults: 4 epochs (the paper's), linear decay with 10 percent warmup, batch 32 and a learning rate picked
+# on the dev set from this grid (the usual BERT/RoBERTa SQuAD settings; not re-checked against the paper's appendix).
+LEARNING_RATE_GRID = (1e-5, 2e-5, 3e-5, 5e-5)
+MODEL_DIR = "model"
+
+
+@dataclass
+class QARunConfig:
+    """Everything `run_qa` needs; `examples/run_qa.py` parses it with `transformers.HfArgumentParser`."""
+
+    model_name_or_path: str = field(metadata={"help": "a saved model folder (or Hub id)"})
+    output_dir: str = field(metadata={"help": "model/, checkpoints/, metrics.jsonl, eval_*.json"})
+    tokenizer_name: str | None = field(default=None, metadata={"help": "tokenizer folder, if not the model's"})
+    # ---- data
+    dataset_name: str | None = field(default=None, metadata={"help": "Hub dataset: squad, squad_v2 or mrqa"})
+    dataset_subset: str | None = field(
+        default=None, metadata={"help": "MRQA subset, e.g. SQuAD, NewsQA, TriviaQA-web, HotpotQA"}
+    )
+    train_file: str | None = field(default=None, metadata={"help": "SQuAD .json(.gz) or MRQA .jsonl(.gz) to train on"})
+    validation_file: str | None = field(
+        default=None, metadata={"help": "SQuAD .json(.gz) or MRQA .jsonl(.gz) to evaluate on"}
+    )
+    train_split: str = "train"
+    validation_split: str = "validation"
+    do_train: bool = False
+    do_eval: bool = False
+    version_2_with_negative: bool | None = field(
+        default=None,
+        metadata={"help": "allow the empty answer (SQuAD 2.0); default: on when some question has no answer"},
+    )
+    # ---- windows and answers
+    max_seq_length: int | None = field(default=None, metadata={"help": "tokens per window (None: the model's N)"})
+    doc_stride: int = field(default=128, metadata={"help": "overlap between windows"})
+    # ---- training
+    num_train_epochs: float = 4.0
+    max_train_steps: int | None = field(default=None, metadata={"help": "overrides --num_train_epochs"})
+    learning_rate: float = field(
+        default=3e-5, metadata={"help": f"pick it on the dev set from {', '.join(map(str, LEARNING_RATE_GRID))}"}
+    )
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1
+    per_device_train_batch_size: int = 32
+    per_device_eval_batch_size: int = 64
+    gradient_accumulation_steps: int = 1
+    max_train_samples: int | None = field(default=None, metadata={"help": "use only the first N training questions"})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "use only the first N evaluation questions"})
+    n_best_size: int = 20
+    max_answer_length: int = field(default=30, metadata={"help": "in tokens"})
+    null_score_diff_threshold: float = field(
+        default=0.0, metadata={"help": "SQuAD 2.0: the null answer must beat the best span by more than this"}
+    )
+    seed: int = 42
+    checkpointing_steps: str | None = field(default=None, metadata={"help": "a checkpoint every N steps, or 'epoch'"})
+    save_total_limit: int | None = field(default=None, metadata={"help": "keep only the newest K checkpoints"})
+    resume: bool = field(default=False, metadata={"help": "continue from the latest checkpoint in output_dir"})
+    resume_from_checkpoint: str | None = field(
+        default=None, metadata={"help": "a checkpoint folder, or 'latest' in output_dir"}
+    )
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "replace the outputs of an earlier run in output_dir"}
+    )
+    mixed_precision: Literal["no", "fp16", "bf16"] | None = field(
+        default=None, metadata={"help": "None: accelerate's configuration"}
+    )
+    logging_steps: int = 50
+    write_nbest: bool = field(default=False, metadata={"help": "also write eval_nbest_predictions.json"})
+    group_by_length: bool = field(
+        default=False,
+        metadata={"help": "batch training windows of similar lengths (much less padding; SQuAD: about 2x faster)"},
+    )
+    attn_implementation: str | None = field(
+        default=None, metadata={"help": "eager, sdpa, flex_attention, ... (None: the model's)"}
+    )
+    trust_remote_code: bool = field(default=False, metadata={"help": "allow code saved with the model"})
+
+
+# What a QA run writes. Evaluation, logging and checkpoint options may differ when a run resumes.
+QA_OUTPUTS = OutputLayout(
+    finished=(MODEL_DIR, "eval_metrics.json"),
+    other=("eval_predictions.json", "eval_null_odds.json", "eval_nbest_predictions.json"),
+    resume_safe=frozenset(
+        {
+            "output_dir",
+            "do_eval",
+            "validation_file",
+            "validation_split",
+            "max_eval_samples",
+            "per_device_eval_batch_size",
+            "n_best_size",
+            "max_answer_length",
+            "null_score_diff_threshold",
+            "version_2_with_negative",
+            "write_nbest",
+            "logging_steps",
+            "checkpointing_steps",
+            "save_total_limit",
+            "resume",
+            "resume_from_checkpoint",
+            "overwrite_output_dir",
+            "attn_implementation",
+        }
+    ),
+)
+
+
+def _checkpoint_every(value: str | None) -> int | str | None:
+    if value is None or value == "epoch":
+        return value
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"--checkpointing_steps must be a positive number of steps or 'epoch', got {value!r}.")
+    return int(value)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Model and data
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _load_model_and_tokenizer(config: QARunConfig):
+    tokenizer = AutoTokenizer.from_pretrained(
+        config.tokenizer_name or config.model_name_or_path, trust_remote_code=config.trust_remote_code
+    )
+    if not getattr(tokenizer, "is_fast", False):
+        raise ValueError(
+            f"{type(tokenizer).__name__} is not a fast tokenizer: windows need its overflow and offset mapping."
+        )
+    tokenizer.padding_side = "right"  # BlockBERT rejects left padding; offsets assume the question comes first
+    model_kwargs = {"trust_remote_code": config.trust_remote_code}
+    if config.attn_implementation:
+        model_kwargs["attn_implementation"] = config.attn_implementation
+    model = AutoModelForQuestionAnswering.from_pretrained(config.model_name_or_path, **model_kwargs)
+    return model, tokenizer
+
+
+def resolve_window_lengths(model, tokenizer, max_seq_length: int | None, doc_stride: int) -> tuple[int, int]:
+    """The window length (default: the model's N) and stride, checked against what the model takes."""
+    model_length = default_max_seq_len(model, tokenizer)
+    max_seq_length = max_seq_length or model_length
+    if max_seq_length > model_length:
+        raise ValueError(
+            f"--max_seq_length {max_seq_length} exceeds what the model takes (N = {model_length}); use at most "
+            f"{model_length}, or a checkpoint converted to a longer N."
+        )
+    if not 0 <= doc_stride < max_seq_length:
+        raise ValueError(f"--doc_stride must be in [0, max_seq_length = {max_seq_length}), got {doc_stride}.")
+    return max_seq_length, doc_stride
+
+
+def _load_split(config: QARunConfig, file: str | None, split: str, limit: int | None, what: str):
+    if file is None and config.dataset_name is None:
+        raise ValueError(f"{what} needs --{what}_file or --dataset_name.")
+    dataset = load_qa_dataset(file or config.dataset_name, split=split, subset=None if file else config.dataset_subset)
+    return dataset if limit is None else dataset.select(range(min(limit, len(dataset))))
+
+
+@dataclass
+class _QAData:
+    train_examples: datasets.Dataset | None = None
+    train_features: datasets.Dataset | None = None
+    eval_examples: datasets.Dataset | None = None
+    eval_features: datasets.Dataset | None = None
+
+
+def _training_data(config: QARunConfig, feature_kwargs: dict, data: _QAData, summary: dict) -> None:
+    examples = _load_split(config, config.train_file, config.train_split, config.max_train_samples, "train")
+    examples, alignment = realign_answers(examples)
+    logger.info(
+        f"Training answers: {alignment['realigned']} re-aligned to their text, {alignment['dropped']} dropped "
+        f"(text not in the context), {alignment['removed_questions']} question(s) skipped (no answer left)."
+    )
+    check_question_lengths(examples["id"], examples["question"], name="the training set", **feature_kwargs)
+    data.train_examples = examples
+    data.train_features = examples.map(
+        prepare_train_features,
+        batched=True,
+        remove_columns=examples.column_names,
+        fn_kwargs=feature_kwargs,
+        desc="Training windows",
+    )
+    summary.update(train_examples=len(examples), train_features=len(data.train_features), answer_alignment=alignment)
+
+
+def _evaluation_data(config: QARunConfig, feature_kwargs: dict, data: _QAData, summary: dict) -> None:
+    examples = _load_split(
+        config, config.validation_file, config.validation_split, config.max_eval_samples, "validation"
+    )
+    check_question_lengths(examples["id"], examples["question"], name="the evaluation set", **feature_kwargs)
+    data.eval_examples = examples
+    features = examples.map(
+        prepare_eval_features,
+        batched=True,
+        remove_columns=examples.column_names,
+        fn_kwargs=feature_kwargs,
+        desc="Evaluation windows",
+    )
+    # Longest windows first: batches of similar lengths pad little (predictions are grouped by example_id, so the
+    # order of windows does not matter).
+    lengths = [len(input_ids) for input_ids in features["input_ids"]]
+    data.eval_features = features.select(sorted(range(len(lengths)), key=lambda i: -lengths[i]))
+    summary.update(eval_examples=len(examples), eval_features=len(data.eval_features))
+
+
+def _train_dataloader(config: QARunConfig, features: datasets.Dataset, collator) -> tuple[DataLoader, torch.Generator]:
+    """Shuffled batches, or with `group_by_length` batches of similar lengths (transformers' LengthGroupedSampler:
+    random mega-batches sorted by length), which pad far less. The generator is reseeded every epoch, so a resumed
+    run sees the same order."""
+    generator = torch.Generator()
+    if config.group_by_length:
+        lengths = [len(input_ids) for input_ids in features["input_ids"]]
+        sampler = LengthGroupedSampler(config.per_device_train_batch_size, lengths=lengths, generator=generator)
+    else:
+        sampler = torch.utils.data.RandomSampler(features, generator=generator)
+    loader = DataLoader(features, sampler=sampler, collate_fn=collator, batch_size=config.per_device_train_batch_size)
+    return loader, generator
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Training
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Training:
+    """The prepared objects and the schedule of a fine-tuning run."""
+
+    config: QARunConfig
+    accelerator: Accelerator
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: object
+    dataloader: DataLoader
+    generator: torch.Generator
+    steps_per_epoch: int
+    max_train_steps: int
+    num_epochs: int
+    metrics: MetricsLog | None = None
+    completed_steps: int = 0
+    logged_losses: list[float] = field(default_factory=list)  # the step losses since the last metrics record
+
+
+def _set_up_training(config: QARunConfig, accelerator: Accelerator, model, dataloader, generator) -> _Training:
+    optimizer = create_optimizer(model, config.learning_rate, config.weight_decay)
+    model, optimizer, dataloader = accelerator.prepare(model, optimizer, dataloader)
+    steps_per_epoch = math.ceil(len(dataloader) / config.gradient_accumulation_steps)
+    max_train_steps = config.max_train_steps or math.ceil(config.num_train_epochs * steps_per_epoch)
+    warmup = warmup_steps(max_train_steps, config.warmup_ratio)
+    scheduler = create_scheduler(accelerator, optimizer, max_train_steps, warmup)
+    num_epochs = math.ceil(max_train_steps / steps_per_epoch)
+    return _Training(
+        config, accelerator, model, optimizer, scheduler, dataloader, generator,
+        steps_per_epoch, max_train_steps, num_epochs,
+    )  # fmt: skip
+
+
+def _train(training: _Training, resume_from: Path | None, summary: dict) -> None:
+    """The training loop: resumes where `resume_from` stopped, stops at `max_train_steps` (checked before a step)."""
+    config, accelerator = training.config, training.accelerator
+    state = load_checkpoint(accelerator, resume_from) if resume_from is not None else None
+    training.completed_steps = state["step"] if state is not None else 0
+    training.metrics = MetricsLog(Path(config.output_dir) / METRICS_FILE, accelerator, state)
+    first_epoch, steps_into_epoch = divmod(training.completed_steps, training.steps_per_epoch)
+    if state is not None:
+        logger.info(f"Resumed from {resume_from} after {training.completed_steps} steps.")
+    summary.update(
+        num_epochs=training.num_epochs, max_train_steps=training.max_train_steps, learning_rate=config.learning_rate
+    )
+    logger.info(
+        f"Training: {summary['train_features']} windows, {training.num_epochs} epoch(s), {training.max_train_steps} "
+        f"steps of {config.per_device_train_batch_size} x {accelerator.num_processes} process(es) x "
+        f"{config.gradient_accumulation_steps} accumulation."
+    )
+    bar = tqdm(
+        total=training.max_train_steps,
+        initial=training.completed_steps,
+        desc="Training",
+        disable=not accelerator.is_local_main_process,
+    )
+    started = time.perf_counter()
+    for epoch in range(first_epoch, training.num_epochs):
+        if training.completed_steps >= training.max_train_steps:
+            break
+        training.model.train()
+        training.generator.manual_seed(config.seed + epoch)
+        batches = training.dataloader
+        if epoch == first_epoch and steps_into_epoch:
+            skip = steps_into_epoch * config.gradient_accumulation_steps
+            batches = accelerator.skip_first_batches(training.dataloader, skip)
+        _train_epoch(training, epoch, batches, bar)
+        if config.checkpointing_steps == "epoch":
+            _save(training, epoch)
+    bar.close()
+    summary.update(completed_steps=training.completed_steps, train_seconds=round(time.perf_counter() - started, 1))
+
+
+def _train_epoch(training: _Training, epoch: int, batches, bar) -> None:
+    config, accelerator, model = training.config, training.accelerator, training.model
+    checkpoint_every = _checkpoint_every(config.checkpointing_steps)
+    step_losses = []
+    for batch in batches:
+        if training.completed_steps >= training.max_train_steps:
+            break
+        with accelerator.accumulate(model):
+            loss = model(**batch).loss
+            accelerator.backward(loss)
+            step_losses.append(loss.detach().float())
+            if accelerator.sync_gradients:  # the last micro-batch of a step: check the loss before the update
+                step_loss = accelerator.reduce(torch.stack(step_losses).mean(), reduction="mean").item()
+                check_finite(accelerator, config.output_dir, training.completed_steps + 1, step_loss)
+            training.optimizer.step()
+            if accelerator.sync_gradients:
+                step_scheduler(accelerator, training.scheduler)
+            training.optimizer.zero_grad()
+        if not accelerator.sync_gradients:
+            continue
+        training.completed_steps += 1
+        training.logged_losses.append(step_loss)
+        step_losses = []
+        bar.update(1)
+        if training.completed_steps % config.logging_steps == 0:
+            lr, loss = training.scheduler.get_last_lr()[0], sum(training.logged_losses) / len(training.logged_losses)
+            bar.set_postfix(loss=f"{loss:.4f}")
+            training.metrics.log({"step": training.completed_steps, "epoch": epoch, "loss": loss, "lr": lr})
+            logger.info(f"step {training.completed_steps}: loss {loss:.4f}, lr {lr:.2e}")
+            training.logged_losses = []
+        if isinstance(checkpoint_every, int) and training.completed_steps % checkpoint_every == 0:
+            _save(training, epoch)
+
+
+def _save(training: _Training, epoch: int) -> None:
+    trainer_state = {
+        "epoch": epoch,
+        "metrics_lines": training.metrics.lines,
+        "run_args": run_arguments(training.config),
+    }
+    config = training.config
+    save_checkpoint(
+        training.accelerator, config.output_dir, training.completed_steps, trainer_state, config.save_total_limit
+    )
+
+
+def _save_model(accelerator: Accelerator, model, tokenizer, output_dir: Path) -> None:
+    accelerator.wait_for_everyone()
+    state_dict = accelerator.get_state_dict(model)
+    if accelerator.is_main_process:
+        unwrapped = accelerator.unwrap_model(model)
+        save_atomically(
+            output_dir / MODEL_DIR,
+            lambda folder: unwrapped.save_pretrained(folder, state_dict=state_dict),
+            tokenizer.save_pretrained,
+        )
+        logger.info(f"Saved the fine-tuned model to {output_dir / MODEL_DIR}.")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Evaluation
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _eval_loop(accelerator, model, dataloader) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Start/end logits of every window, in dataset order, gathered from all processes."""
+    model.eval()
+    starts, ends = [], []
+    for batch in tqdm(dataloader, desc="Evaluating", disable=not accelerator.is_local_main_process):
+        with torch.no_grad():
+            outputs = model(**batch)
+        # Batches are padded per process: pad to a common length before gathering (the padding is never read).
+        start = accelerator.pad_across_processes(outputs.start_logits.float(), dim=1, pad_index=-1e4)
+        end = accelerator.pad_across_processes(outputs.end_logits.float(), dim=1, pad_index=-1e4)
+        start, end = accelerator.gather_for_metrics((start, end))
+        starts.extend(start.cpu().numpy())
+        ends.extend(end.cpu().numpy())
+    return starts, ends
+
+
+def _score_and_write(config: QARunConfig, data: _QAData, start_logits, end_logits, version_2, summary) -> dict:
+    output_dir = Path(config.output_dir)
+    predictions, nbest = postprocess_qa_predictions(
+        data.eval_examples,
+        data.eval_features,
+        start_logits,
+        end_logits,
+        version_2=version_2,
+        n_best_size=config.n_best_size,
+        max_answer_length=config.max_answer_length,
+        null_score_diff_threshold=config.null_score_diff_threshold,
+    )
+    metric, implementation = load_squad_metric(version_2)
+    metrics = metric.compute(predictions=predictions, references=squad_references(data.eval_examples))
+    # Plain numbers for JSON (the Hub modules may return numpy scalars).
+    metrics = {key: int(v) if isinstance(v, numbers.Integral) else float(v) for key, v in metrics.items()}
+    write_json_atomically(output_dir / "eval_predictions.json", {p["id"]: p["prediction_text"] for p in predictions})
+    if version_2:
+        write_json_atomically(
+            output_dir / "eval_null_odds.json", {p["id"]: p["no_answer_probability"] for p in predictions}
+        )
+    if config.write_nbest:
+        write_json_atomically(output_dir / "eval_nbest_predictions.json", nbest)
+    write_json_atomically(
+        output_dir / "eval_metrics.json", {**metrics, "metric_implementation": implementation, **summary}
+    )
+    logger.info(f"Evaluation ({implementation}): {json.dumps(metrics)}")
+    return metrics
+
+
+def _evaluate(config: QARunConfig, accelerator, model, data: _QAData, collator, version_2, summary) -> dict:
+    loader = DataLoader(
+        data.eval_features.remove_columns(list(EVAL_METADATA_COLUMNS)),
+        collate_fn=collator,
+        batch_size=config.per_device_eval_batch_size,
+    )
+    started = time.perf_counter()
+    start_logits, end_logits = _eval_loop(accelerator, model, accelerator.prepare(loader))
+    summary["eval_seconds"] = round(time.perf_counter() - started, 1)
+    if not accelerator.is_main_process:
+        return {}
+    return _score_and_write(config, data, start_logits, end_logits, version_2, summary)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The run
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _prepare_data(config: QARunConfig, accelerator: Accelerator, model, tokenizer) -> tuple[_QAData, dict, bool]:
+    """The training and evaluation windows, the run summary so far, and whether the empty answer is allowed."""
+    max_seq_length, doc_stride = resolve_window_lengths(model, tokenizer, config.max_seq_length, config.doc_stride)
+    processes = accelerator.num_processes
+    logger.info(f"Windows of {max_seq_length} tokens overlapping by {doc_stride}; {processes} process(es).")
+    summary: dict = {"model": config.model_name_or_path, "max_seq_length": max_seq_length, "doc_stride": doc_stride}
+    data = _QAData()
+    feature_kwargs = {"tokenizer": tokenizer, "max_seq_length": max_seq_length, "doc_stride": doc_stride}
+    with accelerator.main_process_first():
+        if config.do_train:
+            _training_data(config, feature_kwargs, data, summary)
+        if config.do_eval:
+            _evaluation_data(config, feature_kwargs, data, summary)
+    version_2 = config.version_2_with_negative
+    if version_2 is None:
+        version_2 = any(has_impossible_questions(e) for e in (data.train_examples, data.eval_examples) if e is not None)
+    summary["version_2_with_negative"] = version_2
+    return data, summary, version_2
+
+
+def _start(config: QARunConfig) -> tuple[Accelerator, Path | None]:
+    """Checks the options, the launch and the output folder before any work; returns the checkpoint to resume."""
+    if not (config.do_train or config.do_eval):
+        raise ValueError("Nothing to do: pass --do_train and/or --do_eval.")
+    _checkpoint_every(config.checkpointing_steps)
+    resume = checkpoint_to_resume(config.resume, config.resume_from_checkpoint)
+    if resume and not config.do_train:
+        raise ValueError("--resume / --resume_from_checkpoint continue a training run: add --do_train.")
+    accelerator = Accelerator(
+        mixed_precision=config.mixed_precision, gradient_accumulation_steps=config.gradient_accumulation_steps
+    )
+    check_launch(accelerator, "examples/run_qa.py")
+    run_args = run_arguments(config)
+    inputs = [path for path in (config.model_name_or_path, config.tokenizer_name) if path]
+    resume_from = check_output_dir(
+        config.output_dir,
+        run_args,
+        QA_OUTPUTS,
+        resume_from=resume,
+        overwrite=config.overwrite_output_dir,
+        inputs=inputs,
+    )
+    claim_output_dir(accelerator, config.output_dir, run_args, QA_OUTPUTS, overwrite=config.overwrite_output_dir)
+    return accelerator, resume_from
+
+
+def run_qa(config: QARunConfig) -> dict:
+    """Fine-tunes (`do_train`) and/or evaluates (`do_eval`) an extractive QA model; writes the fine-tuned model to
+    `output_dir/model`, checkpoints to `output_dir/checkpoints/step_N`, the training log to `metrics.jsonl`, and
+    `eval_predictions.json`, `eval_metrics.json` (and for SQuAD 2.0 `eval_null_odds.json`) to `output_dir`. Returns
+    the metrics and a summary of the run (on the main process; empty elsewhere)."""
+    accelerator, resume_from = _start(config)
+    set_seed(config.seed)
+    if not accelerator.is_main_process:
+        datasets.utils.logging.set_verbosity_error()
+        transformers.utils.logging.set_verbosity_error()
+    model, tokenizer = _load_model_and_tokenizer(config)
+    data, summary, version_2 = _prepare_data(config, accelerator, model, tokenizer)
+    collator = DataCollatorWithPadding(tokenizer)  # pads each batch to its longest window, on the right
+    if config.do_train:
+        dataloader, generator = _train_dataloader(config, data.train_features, collator)
+        training = _set_up_training(config, accelerator, model, dataloader, generator)
+        _train(training, resume_from, summary)
+        model = training.model
+        _save_model(accelerator, model, tokenizer, Path(config.output_dir))
+    else:
+        model = accelerator.prepare(model)
+    metrics = _evaluate(config, accelerator, model, data, collator, version_2, summary) if config.do_eval else {}
+    accelerator.wait_for_everyone()
+    accelerator.end_training()
+    return {**metrics, **summary} if accelerator.is_main_process else {}
