@@ -55,6 +55,30 @@ def default_heads_per_shift(num_attention_heads: int, num_blocks: int) -> list[i
     return [shift_zero] + [per_shift] * (num_blocks - 1)
 
 
+def sequence_length(max_position_embeddings: int, pad_token_id: int | None, position_embedding_style: str) -> int:
+    """`N`: RoBERTa positions reserve the rows up to the padding index (514 -> 512), BERT positions none."""
+    if position_embedding_style == "roberta":
+        return max_position_embeddings - (pad_token_id if pad_token_id is not None else 1) - 1
+    return max_position_embeddings
+
+
+def _derived_block_size(config_dict: dict) -> int | None:
+    """`ceil(N / n)` from the fields of a saved config (defaults where a field is missing), or None if they are not
+    usable numbers."""
+    fields = BlockBertConfig.__dataclass_fields__
+    value = {name: config_dict.get(name, fields[name].default) for name in _BLOCK_SIZE_INPUTS}.__getitem__
+    try:
+        length = sequence_length(
+            value("max_position_embeddings"), value("pad_token_id"), value("position_embedding_style")
+        )
+        return math.ceil(length / value("num_blocks"))
+    except (TypeError, ZeroDivisionError):
+        return None
+
+
+_BLOCK_SIZE_INPUTS = ("max_position_embeddings", "num_blocks", "pad_token_id", "position_embedding_style")
+
+
 @strict
 class BlockBertConfig(PreTrainedConfig):
     r"""
@@ -70,7 +94,11 @@ class BlockBertConfig(PreTrainedConfig):
         num_blocks (`int`, *optional*, defaults to 2):
             `n`, the number of blocks each sequence is split into. `n = 1` is exactly RoBERTa's full attention.
         block_size (`int`, *optional*):
-            `b`, tokens per block. Defaults to `ceil(N / n)`; may be set larger, never so small that `n * b < N`.
+            `b`, tokens per block; may be set larger than `ceil(N / n)`, never so small that `n * b < N`. Left unset
+            (`None`, saved as `null`), it is derived as `ceil(N / n)` from the *current* `N` and `n` whenever it is
+            read, so changing `num_blocks` or `max_position_embeddings` later (or in `from_pretrained(...,
+            num_blocks=4)`) changes it too. Reading `config.block_size` always gives the effective int;
+            `config.block_size_is_set` says whether the user fixed it.
         heads_per_shift (`list[int]` or `str`, *optional*):
             One head count per shift, summing to `num_attention_heads`: the first `heads_per_shift[0]` heads use shift
             0 (query block `i` attends key block `i`), the next `heads_per_shift[1]` heads shift 1 (block `i` attends
@@ -143,22 +171,48 @@ class BlockBertConfig(PreTrainedConfig):
 
     def __post_init__(self, **kwargs):
         self._check_fields_defaults_depend_on()
-        if self.block_size is None:
-            self.block_size = math.ceil(self.max_sequence_length / self.num_blocks)
         if self.heads_per_shift is None:
             self.heads_per_shift = default_heads_per_shift(self.num_attention_heads, self.num_blocks)
         else:
             self.heads_per_shift = parse_heads_per_shift(self.heads_per_shift)
         super().__post_init__(**kwargs)
-        # Raised here as plain ValueErrors (SPEC item 7); `validate_blockwise` re-checks at save time.
+        # Validation runs here (construction), in `from_dict` (load, after keyword overrides), in `save_pretrained` and
+        # when a model is built; not on every assignment, so `num_blocks` and `heads_per_shift` can change one by one.
+        # It is not a `validate_*` method: @strict would run it a second time and wrap the ValueError.
         self.check_blockwise_fields()
+
+    def __getattribute__(self, key):
+        value = super().__getattribute__(key)
+        if key == "block_size" and value is None:
+            # Unset: derived from the current N and n each time it is read (see the `block_size` argument).
+            return math.ceil(self.max_sequence_length / self.num_blocks)
+        return value
+
+    @property
+    def block_size_is_set(self) -> bool:
+        """Whether `block_size` was set by the user (kept as is) rather than derived as `ceil(N / n)`."""
+        return self.__dict__.get("block_size") is not None
+
+    @classmethod
+    def from_dict(cls, config_dict, **kwargs):
+        config_dict = dict(config_dict)
+        if config_dict.get("block_size") is not None and config_dict["block_size"] == _derived_block_size(config_dict):
+            # Folders saved before `block_size` could stay unset store the derived value: read it as unset, so that
+            # overriding `num_blocks` or `max_position_embeddings` on load derives the block size again.
+            config_dict["block_size"] = None
+        result = super().from_dict(config_dict, **kwargs)
+        config = result[0] if isinstance(result, tuple) else result
+        config.check_blockwise_fields()  # keyword overrides are applied after construction
+        return result
+
+    def save_pretrained(self, save_directory, push_to_hub: bool = False, **kwargs):
+        self.check_blockwise_fields()
+        super().save_pretrained(save_directory, push_to_hub=push_to_hub, **kwargs)
 
     @property
     def max_sequence_length(self) -> int:
         """`N`, the most tokens one sequence may have (position embeddings minus RoBERTa's reserved rows)."""
-        if self.position_embedding_style == "roberta":
-            return self.max_position_embeddings - (self.pad_token_id if self.pad_token_id is not None else 1) - 1
-        return self.max_position_embeddings
+        return sequence_length(self.max_position_embeddings, self.pad_token_id, self.position_embedding_style)
 
     @property
     def head_shifts(self) -> list[int]:
@@ -218,10 +272,6 @@ class BlockBertConfig(PreTrainedConfig):
                 f"sparse_stride={self.sparse_stride} and sparse_expressivity={self.sparse_expressivity} must satisfy "
                 "sparse_stride >= 1 and 0 <= sparse_expressivity <= sparse_stride."
             )
-
-    def validate_blockwise(self):
-        """Part of `@strict`-powered validation (run again by `save_pretrained`)."""
-        self.check_blockwise_fields()
 
 
 __all__ = ["BlockBertConfig", "default_heads_per_shift", "parse_heads_per_shift"]

@@ -13,9 +13,9 @@
 # limitations under the License.
 """PyTorch BlockBERT: RoBERTa with blockwise self-attention (Qiu et al., 2020).
 
-What the model computes is fixed by SPEC.md ("BlockBERT: what the model computes"). In short, every head splits the
-sequence into `n = config.num_blocks` blocks of `b = config.block_size` tokens and lets query block `i` attend only
-key block `partner_block(i, s, n) = (i + s) mod n`, where `s` is the head's shift (`config.heads_per_shift`).
+What the model computes is explained in docs/attention.md. In short, every head splits the sequence into
+`n = config.num_blocks` blocks of `b = config.block_size` tokens and lets query block `i` attend only key block
+`partner_block(i, s, n) = (i + s) mod n`, where `s` is the head's shift (`config.heads_per_shift`).
 
 This file is copied next to saved checkpoints (`trust_remote_code`), so it imports nothing from `blockbert_hf`.
 """
@@ -24,6 +24,7 @@ import copy
 import math
 import os
 import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -55,25 +56,25 @@ logger = logging.get_logger(__name__)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# The attention rule (SPEC.md, "Blockwise attention")
+# The attention rule (docs/attention.md, "The block rule")
 # ---------------------------------------------------------------------------------------------------------------------
 
 
 def partner_block(query_block, shift, num_blocks):
     """The blockwise rule: a query in block `i` of a head with shift `s` may attend only keys in this block.
 
-    SPEC: a query at position `t` may attend a real key at position `u` iff `u // b == (t // b + s) mod n`. The modulus
-    is always `n = config.num_blocks`, never the number of blocks a short input happens to fill, so the partner of a
-    block can lie past the end of the input: such a partner block is empty and the head outputs zeros for its queries.
-    Works on Python ints and on integer tensors.
+    A query at position `t` may attend a real key at position `u` iff `u // b == (t // b + s) mod n`
+    (docs/attention.md). The modulus is always `n = config.num_blocks`, never the number of blocks a short input
+    happens to fill, so the partner of a block can lie past the end of the input: such a partner block is empty and
+    the head outputs zeros for its queries. Works on Python ints and on integer tensors.
     """
     return (query_block + shift) % num_blocks
 
 
 def sparse_fixed_pattern(seq_len: int, stride: int, expressivity: int, device=None) -> torch.Tensor:
-    """`(seq_len, seq_len)` boolean mask of the paper's SparseBERT baseline (SPEC, "Baselines"): fairseq's
-    bidirectional "fixed" pattern of Child et al. with stride `l` and expressivity `c`, True where query `t` may attend
-    key `u`."""
+    """`(seq_len, seq_len)` boolean mask of the paper's SparseBERT baseline (docs/attention.md, "Baselines"):
+    fairseq's bidirectional "fixed" pattern of Child et al. with stride `l` and expressivity `c`, True where query `t`
+    may attend key `u`."""
     t = torch.arange(seq_len, device=device)[:, None]
     u = torch.arange(seq_len, device=device)[None, :]
     window_start = torch.where((t % stride == 0) & (t > 0), t - stride, stride * (t // stride))
@@ -89,42 +90,68 @@ class HeadGroup:
 
     heads: slice
     # Key tile used by each query tile; None when it is the tile itself (no copy needed).
-    partner: torch.Tensor | None
+    partner: list[int] | None
     # Boolean, True where the query may attend the key; broadcasts to (batch * tiles, 1, queries, keys); None: all.
     mask: torch.Tensor | None
     # Boolean (batch * tiles, queries or 1): True where a query has no admissible key. Such queries attend their whole
-    # tile inside the kernel (so no backend ever sees a fully masked row and produces NaN) and are then set to zero.
+    # tile inside the kernel (so no backend ever sees a fully masked row and produces NaN) and then get zero output.
     empty: torch.Tensor | None
+    # `mask` as flex_attention's `BlockMask` (only with attn_implementation="flex_attention").
+    flex_mask: object | None = None
 
 
 @dataclass
 class AttentionLayout:
     """How one batch is cut into tiles for the attention kernel: `num_tiles` tiles of `tile_len` tokens per sequence
-    (the input is padded from `seq_len` to `num_tiles * tile_len` inside attention only)."""
+    (the input is padded to `num_tiles * tile_len` inside attention only)."""
 
-    seq_len: int
     tile_len: int
     num_tiles: int
     groups: list[HeadGroup]
     blockwise: bool
-    # Whether attention weights are wanted (`output_attentions`): only then are the groups' weights put together.
+    # Whether attention weights are wanted (`output_attentions`, eager kernel).
     return_weights: bool = False
+
+
+def _is_traced() -> bool:
+    """True under torch.jit.trace, torch.compile and torch.export: shortcuts that read tensor values would be baked
+    into the traced program (a trace made on an unpadded batch would then ignore padding)."""
+    return torch.jit.is_tracing() or torch.compiler.is_compiling()
 
 
 def _masks_for_group(allowed: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """From `allowed` (batch * tiles, queries or 1, keys), True where a query may attend a key, returns `HeadGroup`'s
-    `(empty, mask)`, each None when it would select nothing."""
+    `(empty, mask)`; in eager mode each is None when it would select nothing (so kernels can skip the mask)."""
     empty = ~allowed.any(dim=-1)
     mask = (allowed | empty[..., None])[:, None]
+    if _is_traced():
+        return empty, mask
     return (empty if bool(empty.any()) else None), (None if bool(mask.all()) else mask)
 
 
-def _as_flex_block_mask(mask: torch.Tensor):
-    """flex_attention takes masks as a `BlockMask`, built here from a boolean (rows, 1, queries or 1, keys) mask."""
+# torch's compiled CPU flex_attention gives wrong results for some lengths that are not a multiple of 16 (8, 24, 40,
+# ... with torch 2.13), so flex_attention runs on tiles padded to a multiple of 16 (padded keys masked out).
+FLEX_LENGTH_MULTIPLE = 16
+
+
+def _flex_padded_length(tile_len: int) -> int:
+    return math.ceil(tile_len / FLEX_LENGTH_MULTIPLE) * FLEX_LENGTH_MULTIPLE
+
+
+def _as_flex_block_mask(mask: torch.Tensor | None, rows: int, tile_len: int, device):
+    """flex_attention takes masks as a `BlockMask`: built here from a boolean (rows, 1, queries or 1, keys) mask (None:
+    every key) on tiles padded to `_flex_padded_length(tile_len)`. None when nothing is masked."""
     from torch.nn.attention.flex_attention import create_block_mask
 
-    rows, _, num_queries, num_keys = mask.shape
-    if num_queries == 1:
+    padded_len = _flex_padded_length(tile_len)
+    if mask is None:
+        if padded_len == tile_len:
+            return None
+        mask = torch.ones(rows, 1, 1, tile_len, dtype=torch.bool, device=device)
+    if mask.shape[2] != 1:  # padded queries attend the real keys (their outputs are dropped)
+        mask = nn.functional.pad(mask, (0, 0, 0, padded_len - tile_len), value=True)
+    mask = nn.functional.pad(mask, (0, padded_len - tile_len), value=False)
+    if mask.shape[2] == 1:
 
         def mask_mod(row, head, query, key):
             return mask[row, 0, 0, key]
@@ -133,7 +160,7 @@ def _as_flex_block_mask(mask: torch.Tensor):
         def mask_mod(row, head, query, key):
             return mask[row, 0, query, key]
 
-    return create_block_mask(mask_mod, B=rows, H=None, Q_LEN=num_keys, KV_LEN=num_keys, device=mask.device)
+    return create_block_mask(mask_mod, B=rows, H=None, Q_LEN=padded_len, KV_LEN=padded_len, device=device)
 
 
 def build_attention_layout(
@@ -143,17 +170,6 @@ def build_attention_layout(
 
     `key_is_real` is the boolean `(batch, seq_len)` attention mask, or None when every position is a real token.
     """
-    layout = _build_attention_layout(config, key_is_real, batch_size, seq_len, device)
-    if config._attn_implementation == "flex_attention":
-        for group in layout.groups:
-            if group.mask is not None:
-                group.mask = _as_flex_block_mask(group.mask)
-    return layout
-
-
-def _build_attention_layout(
-    config: BlockBertConfig, key_is_real: torch.Tensor | None, batch_size: int, seq_len: int, device
-) -> AttentionLayout:
     if config.attention_pattern != "blockwise":
         allowed = torch.ones(batch_size, 1, seq_len, dtype=torch.bool, device=device)
         if key_is_real is not None:
@@ -162,9 +178,18 @@ def _build_attention_layout(
             pattern = sparse_fixed_pattern(seq_len, config.sparse_stride, config.sparse_expressivity, device)
             allowed = allowed & pattern
         empty, mask = _masks_for_group(allowed)
-        group = HeadGroup(heads=slice(0, config.num_attention_heads), partner=None, mask=mask, empty=empty)
-        return AttentionLayout(seq_len=seq_len, tile_len=seq_len, num_tiles=1, groups=[group], blockwise=False)
+        groups = [HeadGroup(heads=slice(0, config.num_attention_heads), partner=None, mask=mask, empty=empty)]
+        layout = AttentionLayout(tile_len=seq_len, num_tiles=1, groups=groups, blockwise=False)
+    else:
+        layout = _blockwise_layout(config, key_is_real, batch_size, seq_len, device)
+    if config._attn_implementation == "flex_attention":
+        rows = batch_size * layout.num_tiles
+        for group in layout.groups:
+            group.flex_mask = _as_flex_block_mask(group.mask, rows, layout.tile_len, device)
+    return layout
 
+
+def _blockwise_layout(config, key_is_real, batch_size: int, seq_len: int, device) -> AttentionLayout:
     # An input that fits in one block is one (unpadded) tile; otherwise tiles are whole blocks.
     tile_len = min(config.block_size, seq_len)
     num_tiles = math.ceil(seq_len / tile_len)
@@ -173,21 +198,21 @@ def _build_attention_layout(
         key_is_real = torch.ones(batch_size, seq_len, dtype=torch.bool, device=device)
     key_is_real = nn.functional.pad(key_is_real, (0, padding), value=False).view(batch_size, num_tiles, tile_len)
 
-    query_tiles = torch.arange(num_tiles, device=device)
     groups, first_head = [], 0
     for shift, count in enumerate(config.heads_per_shift):
         heads = slice(first_head, first_head + count)
         first_head += count
         if count == 0:
             continue
-        partner = partner_block(query_tiles, shift, config.num_blocks)
-        past_end = partner >= num_tiles  # the partner block lies past the end of the input: it is empty
-        partner = torch.where(past_end, query_tiles, partner)
-        allowed = key_is_real[:, partner] & ~past_end[None, :, None]
+        # Plain Python on tile numbers: the layout depends on the input's shape only, never on tensor values.
+        partner = [partner_block(tile, shift, config.num_blocks) for tile in range(num_tiles)]
+        past_end = [key_tile >= num_tiles for key_tile in partner]  # the partner block lies past the input's end
+        partner = [tile if beyond else key_tile for tile, (key_tile, beyond) in enumerate(zip(partner, past_end))]
+        allowed = key_is_real[:, partner] & ~torch.tensor(past_end, device=device)[None, :, None]
         empty, mask = _masks_for_group(allowed.view(batch_size * num_tiles, 1, tile_len))
-        is_identity = bool((partner == query_tiles).all())
+        is_identity = partner == list(range(num_tiles))
         groups.append(HeadGroup(heads=heads, partner=None if is_identity else partner, mask=mask, empty=empty))
-    return AttentionLayout(seq_len=seq_len, tile_len=tile_len, num_tiles=num_tiles, groups=groups, blockwise=True)
+    return AttentionLayout(tile_len=tile_len, num_tiles=num_tiles, groups=groups, blockwise=True)
 
 
 def blockwise_attentions_to_dense(attentions: torch.Tensor, config: BlockBertConfig, seq_len: int) -> torch.Tensor:
@@ -265,6 +290,18 @@ class BlockBertEmbeddings(nn.Module):
         return embeddings
 
 
+def _group_tiles(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, group: HeadGroup, num_tiles: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The group's heads of tiled `query`, `key`, `value` `(batch * tiles, tile_len, heads, head_dim)` as `(batch *
+    tiles, group_heads, tile_len, head_dim)`, with each key/value tile replaced by the query tile's partner tile when
+    the group has a shift (a copy; otherwise views)."""
+    query, key, value = (x[:, :, group.heads] for x in (query, key, value))
+    if group.partner is not None:
+        key, value = (x.unflatten(0, (-1, num_tiles))[:, group.partner].flatten(0, 1) for x in (key, value))
+    return query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
+
+
 def eager_attention_forward(
     module: nn.Module,
     query: torch.Tensor,
@@ -275,91 +312,137 @@ def eager_attention_forward(
     dropout: float = 0.0,
     **kwargs: Unpack[TransformersKwargs],
 ):
-    """Plain attention on one batch of tiles. `attention_mask` is boolean (True = may attend) or additive."""
+    """Plain attention on one batch of tiles, for other models' use of the interface. `attention_mask` is boolean
+    (True = may attend) or additive. BlockBERT's own eager path is `eager_tiled_attention`."""
+    probabilities = _attention_probabilities(query, key, attention_mask, None, scaling)
+    probabilities = nn.functional.dropout(probabilities, p=dropout, training=module.training)
+    return torch.matmul(probabilities, value).transpose(1, 2).contiguous(), probabilities
+
+
+def _attention_probabilities(query, key, mask, empty, scaling):
+    """softmax(q k^T * scaling) over the admissible keys; rows of queries without an admissible key are zero."""
     if scaling is None:
         scaling = query.size(-1) ** -0.5
-    attn_weights = torch.matmul(query, key.transpose(2, 3)) * scaling
-    if attention_mask is not None:
-        if attention_mask.dtype == torch.bool:
-            attn_weights = attn_weights.masked_fill(~attention_mask, torch.finfo(attn_weights.dtype).min)
+    scores = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if mask is not None:
+        if mask.dtype == torch.bool:
+            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
         else:
-            attn_weights = attn_weights + attention_mask
-    attn_weights = nn.functional.softmax(attn_weights, dim=-1)
-    attn_weights = nn.functional.dropout(attn_weights, p=dropout, training=module.training)
-    attn_output = torch.matmul(attn_weights, value)
-    attn_output = attn_output.transpose(1, 2).contiguous()
-    return attn_output, attn_weights
+            scores = scores + mask
+    probabilities = nn.functional.softmax(scores, dim=-1)
+    if empty is not None:
+        # docs/attention.md, "Empty partner blocks": zero probabilities, hence zero output, before they meet V.
+        probabilities = probabilities.masked_fill(empty[:, None, :, None], 0.0)
+    return probabilities
 
 
-def tiled_attention(
+def eager_tiled_attention(
     module: nn.Module,
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
     layout: AttentionLayout,
-    attention_interface: Callable,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The eager kernel on tiles `(batch * tiles, tile_len, heads, head_dim)` -> per-group outputs and, when the layout
+    asks for them, the attention probabilities.
+
+    The probabilities returned are the very tensor that multiplies V (after dropout), so gradients can be taken
+    through them: `(batch, heads, tiles, tile_len, tile_len)` for the blockwise pattern, `(batch, heads, L, L)`
+    otherwise.
+    """
+    batch_size = query.shape[0] // layout.num_tiles
+    probabilities, values = [], []
+    for group in layout.groups:
+        group_query, group_key, group_value = _group_tiles(query, key, value, group, layout.num_tiles)
+        probabilities.append(_attention_probabilities(group_query, group_key, group.mask, group.empty, scaling))
+        values.append(group_value)
+    if not layout.return_weights:
+        outputs = [
+            torch.matmul(nn.functional.dropout(weights, p=dropout, training=module.training), group_value)
+            for weights, group_value in zip(probabilities, values)
+        ]
+        return [output.transpose(1, 2) for output in outputs], None
+
+    used = nn.functional.dropout(torch.cat(probabilities, dim=1), p=dropout, training=module.training)
+    if layout.blockwise:
+        num_heads, tile_len = used.shape[1], layout.tile_len
+        weights = used.view(batch_size, layout.num_tiles, num_heads, tile_len, tile_len).transpose(1, 2)
+        used = weights.transpose(1, 2).reshape(batch_size * layout.num_tiles, num_heads, tile_len, tile_len)
+    else:
+        weights = used
+    output = torch.matmul(used, torch.cat(values, dim=1))
+    return [output.transpose(1, 2)], weights
+
+
+# torch compiler errors that mean flex_attention cannot be compiled here (seen on CPU with some torch versions); matched
+# by name so that importing this file does not import torch's compiler.
+_COMPILE_ERRORS = ("BackendCompilerFailed", "InductorError", "CppCompileError")
+_flex_unavailable = False
+
+
+def kernel_tiled_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    layout: AttentionLayout,
+    implementation: str,
     dropout: float = 0.0,
     scaling: float | None = None,
     **kwargs,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The attention op: `query`, `key`, `value` of shape `(batch, num_tiles * tile_len, heads, head_dim)` (already
-    padded to whole tiles) -> `(batch, num_tiles * tile_len, heads * head_dim)` and the attention weights.
-
-    Tiles are folded into the batch dimension (a view), and the kernel runs once per head group on
-    `(batch * tiles, group_heads, tile_len, head_dim)`; only the key/value heads of groups with a shift are copied,
-    to line each query tile up with its partner tile.
-    """
-    batch_size, padded_len, num_heads, head_dim = query.shape
-    tiles, tile_len = layout.num_tiles, layout.tile_len
-    tiled_shape = (batch_size * tiles, tile_len, num_heads, head_dim)
-    query, key, value = query.view(tiled_shape), key.view(tiled_shape), value.view(tiled_shape)
-    outputs, weights = [], []
+) -> list[torch.Tensor]:
+    """A fused kernel (sdpa, flex_attention, ...) on tiles: one call per head group on `(batch * tiles, group_heads,
+    tile_len, head_dim)`; only the key/value heads of groups with a shift are copied to line each query tile up with
+    its partner tile. Queries without an admissible key get zero output."""
+    global _flex_unavailable
+    if implementation == "flex_attention" and _flex_unavailable:
+        implementation = "sdpa"
+    attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
+    outputs = []
     for group in layout.groups:
-        group_query, group_key, group_value = (x[:, :, group.heads] for x in (query, key, value))
-        if group.partner is not None:
-            group_shape = (batch_size, tiles, *group_key.shape[1:])
-            group_key = group_key.reshape(group_shape)[:, group.partner].flatten(0, 1)
-            group_value = group_value.reshape(group_shape)[:, group.partner].flatten(0, 1)
-        attn_output, attn_weights = attention_interface(
-            module,
-            group_query.transpose(1, 2),
-            group_key.transpose(1, 2),
-            group_value.transpose(1, 2),
-            group.mask,
-            dropout=dropout,
-            scaling=scaling,
-            **kwargs,
-        )
+        group_query, group_key, group_value = _group_tiles(query, key, value, group, layout.num_tiles)
+        mask = group.mask
+        if implementation == "flex_attention":
+            mask, padding = group.flex_mask, _flex_padded_length(layout.tile_len) - layout.tile_len
+            if padding:
+                group_query, group_key, group_value = (
+                    nn.functional.pad(x, (0, 0, 0, padding)) for x in (group_query, group_key, group_value)
+                )
+        try:
+            output, _ = attention_interface(
+                module, group_query, group_key, group_value, mask, dropout=dropout, scaling=scaling, **kwargs
+            )
+            output = output[:, : layout.tile_len]
+        except Exception as error:
+            if implementation != "flex_attention" or type(error).__name__ not in _COMPILE_ERRORS:
+                raise
+            _flex_unavailable = True
+            logger.warning(
+                f"flex_attention could not be compiled on this machine ({type(error).__name__}); BlockBERT uses the "
+                "sdpa kernel instead for the rest of this process (same results)."
+            )
+            return kernel_tiled_attention(module, query, key, value, layout, "sdpa", dropout, scaling, **kwargs)
         if group.empty is not None:
-            # SPEC rule 1: a query with no admissible key outputs zero (and has zero probabilities).
-            attn_output = attn_output.masked_fill(group.empty[:, :, None, None], 0.0)
-            if attn_weights is not None:
-                attn_weights = attn_weights.masked_fill(group.empty[:, None, :, None], 0.0)
-        outputs.append(attn_output)
-        weights.append(attn_weights)
-
-    attn_output = torch.cat(outputs, dim=2) if len(outputs) > 1 else outputs[0]
-    attn_output = attn_output.reshape(batch_size, padded_len, num_heads * head_dim)
-    attn_weights = None
-    if layout.return_weights and all(w is not None for w in weights):
-        attn_weights = torch.cat(weights, dim=1) if len(weights) > 1 else weights[0]
-        if layout.blockwise:
-            attn_weights = attn_weights.view(batch_size, tiles, num_heads, tile_len, tile_len).transpose(1, 2)
-    return attn_output, attn_weights
+            # docs/attention.md, "Empty partner blocks": a query with no admissible key outputs zero.
+            output = output.masked_fill(group.empty[:, :, None, None], 0.0)
+        outputs.append(output)
+    return outputs
 
 
 class BlockBertSelfAttention(nn.Module):
-    """Multi-head self-attention that runs the kernel once per head group on `(batch * tiles)` tiles.
+    """Multi-head self-attention that runs the kernel on `(batch * tiles)` tiles, once per head group.
 
     Returns `(attn_output, attn_weights)`. `attn_weights` (eager kernel only, as in transformers) are the attention
-    probabilities *per block* for `attention_pattern="blockwise"`: shape `(batch, heads, tiles, tile_len, tile_len)`,
-    where `attn_weights[:, h, i]` are the probabilities of the queries of block `i` over the keys of block
-    `partner_block(i, shift_h, n)`; positions at or past the input length are internal padding, and rows of queries
-    with no admissible key are zero. `blockwise_attentions_to_dense` turns them into `(batch, heads, L, L)`. For the
-    dense patterns (`"full"`, `"sparse_fixed"`) they are the usual `(batch, heads, L, L)`.
+    probabilities that multiply V, *per block* for `attention_pattern="blockwise"`: shape `(batch, heads, tiles,
+    tile_len, tile_len)`, where `attn_weights[:, h, i]` are the probabilities of the queries of block `i` over the
+    keys of block `partner_block(i, shift_h, n)`; positions at or past the input length are internal padding, and rows
+    of queries with no admissible key are zero. `blockwise_attentions_to_dense` turns them into `(batch, heads, L, L)`.
+    For the dense patterns (`"full"`, `"sparse_fixed"`) they are the usual `(batch, heads, L, L)`.
     """
 
-    def __init__(self, config, layer_idx=None):
+    def __init__(self, config):
         super().__init__()
         self.config = config
         self.num_attention_heads = config.num_attention_heads
@@ -372,32 +455,30 @@ class BlockBertSelfAttention(nn.Module):
         self.value = nn.Linear(config.hidden_size, self.all_head_size)
         self.dropout = nn.Dropout(config.attention_probs_dropout_prob)
         self.is_causal = False
-        self.layer_idx = layer_idx
 
     def forward(
         self, hidden_states: torch.Tensor, layout: AttentionLayout, **kwargs: Unpack[TransformersKwargs]
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         batch_size, seq_len, _ = hidden_states.shape
-        padding = layout.num_tiles * layout.tile_len - seq_len
-        head_shape = (batch_size, seq_len + padding, self.num_attention_heads, self.attention_head_size)
+        padded_len = layout.num_tiles * layout.tile_len
         query, key, value = (projection(hidden_states) for projection in (self.query, self.key, self.value))
-        if padding:  # only a multi-block input whose length is not a multiple of b (F.pad copies even when 0)
-            query, key, value = (nn.functional.pad(x, (0, 0, 0, padding)) for x in (query, key, value))
-        query, key, value = (x.view(head_shape) for x in (query, key, value))
-        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
-            self.config._attn_implementation, eager_attention_forward
-        )
-        attn_output, attn_weights = tiled_attention(
-            self,
-            query,
-            key,
-            value,
-            layout,
-            attention_interface,
-            dropout=self.dropout.p if self.training else 0.0,
-            scaling=self.scaling,
-            **kwargs,
-        )
+        if padded_len != seq_len:  # a multi-block input whose length is not a multiple of b (F.pad copies even if 0)
+            query, key, value = (nn.functional.pad(x, (0, 0, 0, padded_len - seq_len)) for x in (query, key, value))
+        # Tiles folded into the batch dimension (a view).
+        tiled_shape = (batch_size * layout.num_tiles, layout.tile_len, self.num_attention_heads, -1)
+        query, key, value = (x.view(tiled_shape) for x in (query, key, value))
+        dropout = self.dropout.p if self.training else 0.0
+        implementation = self.config._attn_implementation or "eager"
+        if implementation == "eager":
+            outputs, attn_weights = eager_tiled_attention(self, query, key, value, layout, dropout, self.scaling)
+        else:
+            outputs = kernel_tiled_attention(
+                self, query, key, value, layout, implementation, dropout, self.scaling, **kwargs
+            )
+            attn_weights = None
+        # SDPA has no `out=`: the groups' outputs are joined with one copy.
+        attn_output = torch.cat(outputs, dim=2) if len(outputs) > 1 else outputs[0]
+        attn_output = attn_output.reshape(batch_size, padded_len, self.all_head_size)
         return attn_output[:, :seq_len], attn_weights
 
 
@@ -416,9 +497,9 @@ class BlockBertSelfOutput(nn.Module):
 
 
 class BlockBertAttention(nn.Module):
-    def __init__(self, config, layer_idx=None):
+    def __init__(self, config):
         super().__init__()
-        self.self = BlockBertSelfAttention(config, layer_idx=layer_idx)
+        self.self = BlockBertSelfAttention(config)
         self.output = BlockBertSelfOutput(config)
 
     def forward(
@@ -457,9 +538,9 @@ class BlockBertOutput(nn.Module):
 
 
 class BlockBertLayer(GradientCheckpointingLayer):
-    def __init__(self, config, layer_idx=None):
+    def __init__(self, config):
         super().__init__()
-        self.attention = BlockBertAttention(config, layer_idx=layer_idx)
+        self.attention = BlockBertAttention(config)
         self.intermediate = BlockBertIntermediate(config)
         self.output = BlockBertOutput(config)
 
@@ -474,7 +555,7 @@ class BlockBertEncoder(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.config = config
-        self.layer = nn.ModuleList([BlockBertLayer(config, layer_idx=i) for i in range(config.num_hidden_layers)])
+        self.layer = nn.ModuleList([BlockBertLayer(config) for _ in range(config.num_hidden_layers)])
 
     def forward(
         self, hidden_states: torch.Tensor, layout: AttentionLayout, **kwargs: Unpack[TransformersKwargs]
@@ -604,7 +685,12 @@ class BlockBertPreTrainedModel(PreTrainedModel):
 
         The folder also carries the extractive QA pipeline (`pipeline_question_answering.py` and
         `config.custom_pipelines`), so `pipeline("question-answering", model=folder, trust_remote_code=True)` works.
+
+        Everything is written to a staging folder first and moved into `save_directory` only once complete, so a save
+        that fails half-way leaves `save_directory` as it was. Files already there that this save does not write (a
+        tokenizer saved earlier, say) are kept; weight files of an earlier save are replaced.
         """
+        self.config.check_blockwise_fields()
         self.config.auto_map = {**(getattr(self.config, "auto_map", None) or {}), **AUTO_MAP}
         custom_pipelines = dict(getattr(self.config, "custom_pipelines", None) or {})
         pipeline_file = _find_qa_pipeline_file(self.config)
@@ -618,19 +704,77 @@ class BlockBertPreTrainedModel(PreTrainedModel):
             )
         if custom_pipelines or getattr(self.config, "custom_pipelines", None):
             self.config.custom_pipelines = custom_pipelines
-        if pipeline_file is not None and kwargs.get("is_main_process", True):
-            # Copied before saving the rest, so that push_to_hub (at the end of super().save_pretrained) uploads it.
-            os.makedirs(save_directory, exist_ok=True)
-            target = os.path.join(save_directory, QA_PIPELINE_FILE)
-            if not (os.path.exists(target) and os.path.samefile(pipeline_file, target)):
-                shutil.copyfile(pipeline_file, target)
-        return super().save_pretrained(save_directory, *args, **kwargs)
+        if not kwargs.get("is_main_process", True):
+            return super().save_pretrained(save_directory, *args, **kwargs)
+
+        target = os.path.abspath(save_directory)
+        if os.path.isfile(target):
+            raise ValueError(f"save_pretrained needs a folder, but {save_directory!r} is a file.")
+        if kwargs.get("push_to_hub"):
+            kwargs.setdefault("repo_id", os.path.basename(target))  # not the staging folder's name
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        staging = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.tmp-", dir=os.path.dirname(target))
+        try:
+            if pipeline_file is not None:
+                # Copied before the rest, so that push_to_hub (at the end of super().save_pretrained) uploads it.
+                shutil.copyfile(pipeline_file, os.path.join(staging, QA_PIPELINE_FILE))
+            result = super().save_pretrained(staging, *args, **kwargs)
+            _move_saved_files(staging, target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return result
 
 
-def _check_inputs(config: BlockBertConfig, attention_mask: torch.Tensor | None, input_shape) -> torch.Tensor | None:
-    """Raises SPEC's errors for inputs that are too long or left-padded; returns the boolean key mask or None."""
-    batch_size, seq_len = input_shape
+# Weight files of a save: transformers removes an earlier save's shards from the folder it writes to, which here is
+# the staging folder, so `_move_saved_files` does that for the real one.
+_WEIGHT_FILE_PREFIXES = ("model.safetensors", "model-", "pytorch_model")
+
+
+def _move_saved_files(staging: str, target: str) -> None:
+    """Moves a complete save from `staging` into `target` (created if missing; otherwise file by file, each rename
+    atomic), removing weight files of an earlier save that this one did not write."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(staging, 0o777 & ~umask)  # mkdtemp makes it owner-only; the result should look like any folder
+    if not os.path.exists(target):
+        os.replace(staging, target)
+        return
+    written = set(os.listdir(staging))
+    for name in os.listdir(target):
+        if (
+            name not in written
+            and name.startswith(_WEIGHT_FILE_PREFIXES)
+            and os.path.isfile(os.path.join(target, name))
+        ):
+            os.remove(os.path.join(target, name))
+    for name in written:
+        destination = os.path.join(target, name)
+        if os.path.isdir(destination) and not os.path.islink(destination):
+            shutil.rmtree(destination)
+        os.replace(os.path.join(staging, name), destination)
+
+
+def _check_inputs(
+    config: BlockBertConfig, input_ids, inputs_embeds, attention_mask: torch.Tensor | None
+) -> tuple[tuple[int, int], torch.Tensor | None]:
+    """Raises a clear `ValueError` for inputs the model cannot take (docs/attention.md, "Inputs"); returns
+    `(batch_size, seq_len)` and the boolean key mask, or None for the mask when every position is a real token."""
+    if (input_ids is None) == (inputs_embeds is None):
+        raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
+    name, given = ("input_ids", input_ids) if input_ids is not None else ("inputs_embeds", inputs_embeds)
+    expected_dims = 2 if input_ids is not None else 3
+    if given.dim() != expected_dims:
+        raise ValueError(
+            f"{name} has shape {tuple(given.shape)}; expected {expected_dims} dimensions, (batch_size, "
+            f"sequence_length{'' if input_ids is not None else ', hidden_size'}). For a single sequence add the batch "
+            f"dimension ({name}[None]), or let the tokenizer make it: tokenizer(text, return_tensors='pt')."
+        )
+    batch_size, seq_len = given.shape[:2]
     max_len = config.max_sequence_length
+    if seq_len == 0:
+        raise ValueError(
+            f"{name} has sequence length 0: every sequence needs at least one token (a tokenizer adds <s> and </s>)."
+        )
     if seq_len > max_len:
         raise ValueError(
             f"The input has L = {seq_len} tokens but this model takes at most N = {max_len} "
@@ -640,13 +784,17 @@ def _check_inputs(config: BlockBertConfig, attention_mask: torch.Tensor | None, 
             "--max_seq_length)."
         )
     if attention_mask is None:
-        return None
+        return (batch_size, seq_len), None
     if tuple(attention_mask.shape) != (batch_size, seq_len):
         raise ValueError(
             f"attention_mask has shape {tuple(attention_mask.shape)}, expected (batch_size, sequence_length) = "
             f"{(batch_size, seq_len)} with 1 for real tokens and 0 for padding."
         )
     is_real = attention_mask.bool()
+    if _is_traced():
+        # A traced program keeps the mask (a trace of an unpadded batch must still honour padding later) and cannot
+        # raise on tensor values.
+        return (batch_size, seq_len), is_real
     left_padded = (is_real[:, 1:] & ~is_real[:, :-1]).any(dim=1)
     if left_padded.any():
         rows = left_padded.nonzero().flatten().tolist()
@@ -654,7 +802,7 @@ def _check_inputs(config: BlockBertConfig, attention_mask: torch.Tensor | None, 
             f"attention_mask rows {rows} have padding before a real token. BlockBERT expects right padding (real "
             "tokens first, as RoBERTa's positions assume): use tokenizer.padding_side = 'right'."
         )
-    return None if bool(is_real.all()) else is_real
+    return (batch_size, seq_len), (None if bool(is_real.all()) else is_real)
 
 
 @auto_docstring
@@ -693,10 +841,7 @@ class BlockBertModel(BlockBertPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor] | BaseModelOutputWithPooling:
-        if (input_ids is None) ^ (inputs_embeds is not None):
-            raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
-        input_shape = input_ids.shape if input_ids is not None else inputs_embeds.shape[:-1]
-        key_is_real = _check_inputs(self.config, attention_mask, input_shape)
+        input_shape, key_is_real = _check_inputs(self.config, input_ids, inputs_embeds, attention_mask)
 
         embedding_output = self.embeddings(
             input_ids=input_ids, position_ids=position_ids, token_type_ids=token_type_ids, inputs_embeds=inputs_embeds

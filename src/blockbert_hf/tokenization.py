@@ -28,7 +28,7 @@ def train_roberta_tokenizer(texts: Iterable[str], vocab_size: int, model_max_len
 
 
 def match_tokenizer_to_config(tokenizer: PreTrainedTokenizerBase, config: BlockBertConfig) -> PreTrainedTokenizerBase:
-    """Records the model's sequence length N in the tokenizer (SPEC: a saved tokenizer has model_max_length = N) and
+    """Records the model's sequence length N in the tokenizer (a saved tokenizer has model_max_length = N) and
     checks that its special ids agree with the config."""
     if tokenizer.pad_token_id is not None and config.pad_token_id is not None:
         if tokenizer.pad_token_id != config.pad_token_id:
