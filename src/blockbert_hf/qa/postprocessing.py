@@ -71,7 +71,7 @@ def normalize_answer(text: str) -> str:
     return " ".join(text.split())
 
 
-def _token_f1(prediction_tokens: list[str], gold_tokens: list[str]) -> float:
+def token_f1(prediction_tokens: list[str], gold_tokens: list[str]) -> float:
     overlap = sum((collections.Counter(prediction_tokens) & collections.Counter(gold_tokens)).values())
     if overlap == 0:
         return 0.0
@@ -153,7 +153,7 @@ class SquadMetric(evaluate.Metric):
             prediction = normalize_answer(predicted[reference["id"]])
             golds = [normalize_answer(text) for text in reference["answers"]["text"]]
             exact += max(float(prediction == gold) for gold in golds)
-            f1 += max(_token_f1(prediction.split(), gold.split()) for gold in golds)
+            f1 += max(token_f1(prediction.split(), gold.split()) for gold in golds)
         return {"exact_match": 100.0 * exact / len(references), "f1": 100.0 * f1 / len(references)}
 
     @staticmethod
@@ -168,7 +168,7 @@ class SquadMetric(evaluate.Metric):
             f1[qid] = max(
                 float(normalize_answer(gold).split() == prediction.split())
                 if not normalize_answer(gold) or not prediction
-                else _token_f1(prediction.split(), normalize_answer(gold).split())
+                else token_f1(prediction.split(), normalize_answer(gold).split())
                 for gold in golds
             )
 
