@@ -13,7 +13,6 @@ from conftest import REPO_ROOT
 from transformers import RobertaConfig, RobertaModel
 
 from blockbert_hf.qa import SquadMetric, load_qa_dataset
-from blockbert_hf.qa import comparison as comparison_module
 from blockbert_hf.qa.comparison import (
     GRID,
     Cell,
@@ -27,6 +26,7 @@ from blockbert_hf.qa.comparison import (
     select_cells,
     write_report,
 )
+from blockbert_hf.qa.comparison import runner as comparison_runner
 from blockbert_hf.qa.long_context import LongContextConfig, build_long_context_sets
 
 
@@ -230,13 +230,13 @@ def test_run_end_to_end_then_resume_redoes_only_what_is_missing(tiny_setup, monk
     assert pending.eval_sets == ["sweep_1024"]
 
     calls = []
-    run_step = comparison_module.run_step
+    run_step = comparison_runner.run_step
 
     def recording_run_step(cfg, script, args):
         calls.append([script, *args])
         return run_step(cfg, script, args)
 
-    monkeypatch.setattr(comparison_module, "run_step", recording_run_step)
+    monkeypatch.setattr(comparison_runner, "run_step", recording_run_step)
     assert run_comparison(config, grid) == []
     assert [call[0] for call in calls] == ["run_qa.py", "run_qa.py"]  # no conversion, one training, one evaluation
     assert "--resume" in calls[0] and "--do_train" in calls[0]

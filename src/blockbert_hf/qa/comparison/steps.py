@@ -1,0 +1,165 @@
+"""The steps of a cell: the arguments of the repository's scripts (`examples/convert_roberta_to_blockbert.py`,
+`examples/run_qa.py`) and `run_step`, which runs one as a fresh process with its own peak memory (or in this process
+for tests)."""
+
+import importlib.util
+import logging
+import math
+import os
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .grid import Cell, ComparisonConfig, batch_sizes, eval_batch_size
+from .layout import CellLayout, command_path, training_file
+from .plan import estimated_steps
+
+
+logger = logging.getLogger(__name__)
+
+EXAMPLES_DIR = Path(__file__).resolve().parents[4] / "examples"
+
+
+def convert_args(config: ComparisonConfig, cell: Cell, source: Path) -> list[str]:
+    """The `examples/convert_roberta_to_blockbert.py` arguments of a cell's model."""
+    model = CellLayout(config, cell).model
+    args = [command_path(source), command_path(model), "--max_seq_length", str(cell.max_seq_length)]
+    args += ["--attention_pattern", cell.attention_pattern, "--num_blocks", str(cell.num_blocks)]
+    if cell.heads_per_shift:
+        args += ["--heads", cell.heads_per_shift]
+    return args
+
+
+def train_args(config: ComparisonConfig, cell: Cell, manifest: Mapping, train_minutes: float) -> list[str]:
+    """The `examples/run_qa.py` arguments of a cell's fine-tuning (without `--resume`)."""
+    layout = CellLayout(config, cell)
+    per_device, accumulation = batch_sizes(config, cell.max_seq_length)
+    steps = estimated_steps(config, cell, manifest)
+    checkpoint_every = max(1, math.floor(steps * config.checkpoint_minutes / max(train_minutes, 1e-9)))
+    args = [
+        "--model_name_or_path", command_path(layout.model),
+        "--train_file", command_path(training_file(config, cell, manifest)),
+        "--do_train",
+        "--output_dir", command_path(layout.train),
+        "--seed", str(cell.seed),
+        "--max_seq_length", str(cell.max_seq_length),
+        "--doc_stride", str(config.doc_stride),
+        "--num_train_epochs", str(config.num_train_epochs),
+        "--learning_rate", str(config.learning_rate),
+        "--warmup_ratio", str(config.warmup_ratio),
+        "--per_device_train_batch_size", str(per_device),
+        "--gradient_accumulation_steps", str(accumulation),
+        "--group_by_length",
+        "--checkpointing_steps", str(checkpoint_every),
+        "--save_total_limit", "1",
+        "--mixed_precision", config.mixed_precision,
+    ]  # fmt: skip
+    if config.max_train_samples is not None:
+        args += ["--max_train_samples", str(config.max_train_samples)]
+    return args
+
+
+def eval_args(config: ComparisonConfig, cell: Cell, manifest: Mapping, test_set: str) -> list[str]:
+    """The `examples/run_qa.py` arguments of a cell's evaluation on one test set."""
+    layout = CellLayout(config, cell)
+    args = [
+        "--model_name_or_path", command_path(layout.trained_model),
+        "--validation_file", command_path(Path(config.data_dir) / manifest["sets"][test_set]["file"]),
+        "--do_eval",
+        "--output_dir", command_path(layout.eval(test_set)),
+        "--max_seq_length", str(cell.max_seq_length),
+        "--doc_stride", str(config.doc_stride),
+        "--per_device_eval_batch_size", str(eval_batch_size(config, cell.max_seq_length)),
+        "--mixed_precision", config.mixed_precision,
+    ]  # fmt: skip
+    if config.max_eval_samples is not None:
+        args += ["--max_eval_samples", str(config.max_eval_samples)]
+    return args
+
+
+def command_line(script: str, args: Sequence[str]) -> str:
+    """The step as a shell command from the repository root, as the results record it."""
+    return shlex.join(["python", f"examples/{script}", *args])
+
+
+@dataclass
+class StepResult:
+    """How a step ended: its exit status, wall seconds and peak RSS (None where it could not be measured)."""
+
+    returncode: int
+    seconds: float
+    peak_rss_mb: float | None
+
+
+def _load_script(script: str):
+    """`examples/<script>` as a module, so that its `main` can run in this process."""
+    path = EXAMPLES_DIR / script
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist: run the comparison from a checkout of the repository.")
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _reset_peak_rss() -> bool:
+    try:
+        Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS
+        return True
+    except OSError:
+        return False
+
+
+def _peak_rss_mb() -> float | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def run_step(config: ComparisonConfig, script: str, args: Sequence[str]) -> StepResult:
+    """Runs `examples/<script>` with `args`: as a fresh process with `config.threads` threads (its peak RSS from
+    `wait4`), or, with `config.in_process`, by calling its `main` here (peak RSS from /proc, when it can be reset)."""
+    logger.info(f"Running: {command_line(script, args)}")
+    started = time.perf_counter()
+    if config.in_process:
+        reset = _reset_peak_rss()
+        try:
+            returncode = _load_script(script).main(list(args)) or 0
+        except SystemExit as error:
+            returncode = error.code if isinstance(error.code, int) else 1
+        return StepResult(returncode, time.perf_counter() - started, _peak_rss_mb() if reset else None)
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": str(config.threads),
+        "MKL_NUM_THREADS": str(config.threads),
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    process = subprocess.Popen([sys.executable, str(EXAMPLES_DIR / script), *args], env=env)
+    try:
+        _, status, usage = os.wait4(process.pid, 0)  # wait4: this child's own high-water mark
+    except BaseException:
+        process.kill()
+        process.wait()
+        raise
+    process.returncode = os.waitstatus_to_exitcode(status)
+    return StepResult(process.returncode, time.perf_counter() - started, usage.ru_maxrss / 1024)
+
+
+class StepFailed(RuntimeError):
+    """A step exited with a non-zero status: its cell is skipped and the run goes on with the next one."""
+
+
+def check_step(result: StepResult, script: str, args: Sequence[str]) -> None:
+    """Raises `StepFailed` with the command where the step did not succeed."""
+    if result.returncode != 0:
+        raise StepFailed(f"exit status {result.returncode}: {command_line(script, args)}")
