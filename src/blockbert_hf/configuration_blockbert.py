@@ -65,18 +65,15 @@ def sequence_length(max_position_embeddings: int, pad_token_id: int | None, posi
 def _derived_block_size(config_dict: dict) -> int | None:
     """`ceil(N / n)` from the fields of a saved config (defaults where a field is missing), or None if they are not
     usable numbers."""
-    fields = BlockBertConfig.__dataclass_fields__
-    value = {name: config_dict.get(name, fields[name].default) for name in _BLOCK_SIZE_INPUTS}.__getitem__
+    defaults = BlockBertConfig.__dataclass_fields__
+    positions, pad_token_id, style, num_blocks = (
+        config_dict.get(name, defaults[name].default)
+        for name in ("max_position_embeddings", "pad_token_id", "position_embedding_style", "num_blocks")
+    )
     try:
-        length = sequence_length(
-            value("max_position_embeddings"), value("pad_token_id"), value("position_embedding_style")
-        )
-        return math.ceil(length / value("num_blocks"))
+        return math.ceil(sequence_length(positions, pad_token_id, style) / num_blocks)
     except (TypeError, ZeroDivisionError):
         return None
-
-
-_BLOCK_SIZE_INPUTS = ("max_position_embeddings", "num_blocks", "pad_token_id", "position_embedding_style")
 
 
 @strict
