@@ -15,7 +15,7 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q $(TORCH_INSTALL)
-	$(BIN)/pip install -q -e ".[examples,test]"
+	$(BIN)/pip install -q -e ".[examples,test,export]"
 	touch $@
 
 demo: install

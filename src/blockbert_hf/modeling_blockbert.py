@@ -109,14 +109,18 @@ class AttentionLayout:
     num_tiles: int
     groups: list[HeadGroup]
     blockwise: bool
+    # Whether q, k, v are padded from `seq_len` to `num_tiles * tile_len` (always when traced: the padding is symbolic).
+    pads_input: bool = False
     # Whether attention weights are wanted (`output_attentions`, eager kernel).
     return_weights: bool = False
 
 
 def _is_traced() -> bool:
     """True under torch.jit.trace, torch.compile and torch.export: shortcuts that read tensor values would be baked
-    into the traced program (a trace made on an unpadded batch would then ignore padding)."""
-    return torch.jit.is_tracing() or torch.compiler.is_compiling()
+    into the traced program (a trace made on an unpadded batch would then ignore padding), and the sequence length
+    may be symbolic (docs/attention.md, "Tracing and export")."""
+    is_exporting = getattr(torch.compiler, "is_exporting", None)
+    return torch.jit.is_tracing() or torch.compiler.is_compiling() or (is_exporting is not None and is_exporting())
 
 
 def _masks_for_group(allowed: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
@@ -190,9 +194,14 @@ def build_attention_layout(
 
 
 def _blockwise_layout(config, key_is_real, batch_size: int, seq_len: int, device) -> AttentionLayout:
-    # An input that fits in one block is one (unpadded) tile; otherwise tiles are whole blocks.
-    tile_len = min(config.block_size, seq_len)
-    num_tiles = math.ceil(seq_len / tile_len)
+    if _is_traced():
+        # One program for every length up to N: always n tiles of b tokens, so that no shape decision depends on the
+        # (symbolic) sequence length.
+        tile_len, num_tiles = config.block_size, config.num_blocks
+    else:
+        # An input that fits in one block is one (unpadded) tile; otherwise tiles are whole blocks.
+        tile_len = min(config.block_size, seq_len)
+        num_tiles = math.ceil(seq_len / tile_len)
     padding = num_tiles * tile_len - seq_len
     if key_is_real is None:
         key_is_real = torch.ones(batch_size, seq_len, dtype=torch.bool, device=device)
@@ -208,11 +217,14 @@ def _blockwise_layout(config, key_is_real, batch_size: int, seq_len: int, device
         partner = [partner_block(tile, shift, config.num_blocks) for tile in range(num_tiles)]
         past_end = [key_tile >= num_tiles for key_tile in partner]  # the partner block lies past the input's end
         partner = [tile if beyond else key_tile for tile, (key_tile, beyond) in enumerate(zip(partner, past_end))]
-        allowed = key_is_real[:, partner] & ~torch.tensor(past_end, device=device)[None, :, None]
+        allowed = key_is_real[:, partner]
+        if any(past_end):
+            allowed = allowed & ~torch.tensor(past_end, device=device)[None, :, None]
         empty, mask = _masks_for_group(allowed.view(batch_size * num_tiles, 1, tile_len))
         is_identity = partner == list(range(num_tiles))
         groups.append(HeadGroup(heads=heads, partner=None if is_identity else partner, mask=mask, empty=empty))
-    return AttentionLayout(tile_len=tile_len, num_tiles=num_tiles, groups=groups, blockwise=True)
+    pads_input = _is_traced() or padding != 0
+    return AttentionLayout(tile_len=tile_len, num_tiles=num_tiles, groups=groups, blockwise=True, pads_input=pads_input)
 
 
 def blockwise_attentions_to_dense(attentions: torch.Tensor, config: BlockBertConfig, seq_len: int) -> torch.Tensor:
@@ -462,7 +474,7 @@ class BlockBertSelfAttention(nn.Module):
         batch_size, seq_len, _ = hidden_states.shape
         padded_len = layout.num_tiles * layout.tile_len
         query, key, value = (projection(hidden_states) for projection in (self.query, self.key, self.value))
-        if padded_len != seq_len:  # a multi-block input whose length is not a multiple of b (F.pad copies even if 0)
+        if layout.pads_input:  # F.pad copies even when there is nothing to pad
             query, key, value = (nn.functional.pad(x, (0, 0, 0, padded_len - seq_len)) for x in (query, key, value))
         # Tiles folded into the batch dimension (a view).
         tiled_shape = (batch_size * layout.num_tiles, layout.tile_len, self.num_attention_heads, -1)
@@ -479,6 +491,11 @@ class BlockBertSelfAttention(nn.Module):
         # SDPA has no `out=`: the groups' outputs are joined with one copy.
         attn_output = torch.cat(outputs, dim=2) if len(outputs) > 1 else outputs[0]
         attn_output = attn_output.reshape(batch_size, padded_len, self.all_head_size)
+        if _is_traced() and layout.pads_input:
+            # A copy, not a view: whether a view is contiguous depends on `seq_len == padded_len`, which a compiler
+            # would then guard on, splitting the one program for every length into two.
+            positions = torch.arange(seq_len, device=attn_output.device)
+            return attn_output.index_select(1, positions), attn_weights
         return attn_output[:, :seq_len], attn_weights
 
 
@@ -771,18 +788,27 @@ def _check_inputs(
         )
     batch_size, seq_len = given.shape[:2]
     max_len = config.max_sequence_length
-    if seq_len == 0:
-        raise ValueError(
-            f"{name} has sequence length 0: every sequence needs at least one token (a tokenizer adds <s> and </s>)."
-        )
-    if seq_len > max_len:
-        raise ValueError(
+
+    def empty_message():
+        return f"{name} has sequence length 0: every sequence needs at least one token (a tokenizer adds <s> and </s>)."
+
+    def too_long_message():
+        return (
             f"The input has L = {seq_len} tokens but this model takes at most N = {max_len} "
             f"(max_position_embeddings = {config.max_position_embeddings}, {config.position_embedding_style} "
             f"positions). Truncate the input (tokenizer(..., truncation=True, max_length={max_len})) or raise N by "
             "converting the checkpoint to a longer sequence length (examples/convert_roberta_to_blockbert.py "
             "--max_seq_length)."
         )
+
+    if isinstance(seq_len, torch.SymInt):
+        # A symbolic length (torch.export, torch.compile(dynamic=True)): checks the program asserts, never a branch.
+        torch._check(seq_len > 0, empty_message)
+        torch._check(seq_len <= max_len, too_long_message)
+    elif seq_len == 0:
+        raise ValueError(empty_message())
+    elif seq_len > max_len:
+        raise ValueError(too_long_message())
     if attention_mask is None:
         return (batch_size, seq_len), None
     if tuple(attention_mask.shape) != (batch_size, seq_len):
@@ -793,7 +819,7 @@ def _check_inputs(
     is_real = attention_mask.bool()
     if _is_traced():
         # A traced program keeps the mask (a trace of an unpadded batch must still honour padding later) and cannot
-        # raise on tensor values.
+        # raise on tensor values: right padding is checked on the host before calling it.
         return (batch_size, seq_len), is_real
     left_padded = (is_real[:, 1:] & ~is_real[:, :-1]).any(dim=1)
     if left_padded.any():
