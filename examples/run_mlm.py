@@ -1,6 +1,6 @@
 """Masked-language-model pre-training of BlockBERT, launched with Accelerate.
 
-    accelerate launch [--num_processes 2 --cpu] examples/run_mlm.py --output_dir OUT \\
+    accelerate launch examples/run_mlm.py --output_dir OUT \\
         --train_files a.txt.gz b.txt.gz --validation_files held_out.txt.gz --document_boundary heading \\
         --train_tokenizer_vocab_size 8192 --max_seq_length 512 \\
         --num_hidden_layers 4 --hidden_size 256 --num_attention_heads 4 --num_blocks 2 --heads_per_shift 3:1 \\
