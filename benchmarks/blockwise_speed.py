@@ -13,9 +13,9 @@ from pathlib import Path
 import torch
 
 from blockbert_benchmarks.models import bert_base_config
-from blockbert_benchmarks.reporting import machine_description
-from blockbert_benchmarks.timing import interleaved_medians
 from blockbert_hf import BlockBertModel
+from blockbert_hf.measuring.machine import machine_description
+from blockbert_hf.measuring.timing import interleaved_medians
 from blockbert_hf.modeling_blockbert import build_attention_layout, kernel_tiled_attention
 from blockbert_hf.saving import write_file_atomically
 

@@ -24,10 +24,11 @@ import torch
 
 from blockbert_benchmarks.arguments import parse_grid
 from blockbert_benchmarks.models import bert_base_config
-from blockbert_benchmarks.reporting import machine_description, markdown_table
-from blockbert_benchmarks.timing import interleaved_medians
+from blockbert_benchmarks.reporting import markdown_table
 from blockbert_benchmarks.workloads import random_token_ids
 from blockbert_hf import BlockBertConfig, BlockBertModel
+from blockbert_hf.measuring.machine import machine_description
+from blockbert_hf.measuring.timing import interleaved_medians
 from blockbert_hf.saving import write_file_atomically
 
 

@@ -14,7 +14,6 @@ from conftest import REPO_ROOT
 from blockbert_benchmarks.arguments import parse_grid
 from blockbert_benchmarks.isolation import run_isolated, run_measurement
 from blockbert_benchmarks.measurements import measure_forward, measure_training_step
-from blockbert_benchmarks.memory import GIB, fit_line, track_peak_memory
 from blockbert_benchmarks.models import (
     CANDIDATES,
     Candidate,
@@ -24,7 +23,8 @@ from blockbert_benchmarks.models import (
     share_parameters,
 )
 from blockbert_benchmarks.reporting import targets_table
-from blockbert_benchmarks.timing import interleaved_medians, ratios_to
+from blockbert_hf.measuring.memory import GIB, fit_line, track_peak_memory
+from blockbert_hf.measuring.timing import interleaved_medians, ratios_to
 from blockbert_hf.saving import write_file_atomically
 
 

@@ -2,15 +2,15 @@
 
 - `models`: the compared models (`Candidate`, `CANDIDATES`, `ModelSize`) and building them with shared weights.
 - `workloads`: the inputs and the training step that are measured.
-- `memory`: peak memory of a block of code, parameter and optimizer bytes, the line fit of memory against N.
 - `measurements`: memory of one forward or one training step, the functions run in a fresh process each.
 - `profiling`: where the time of one forward or training step goes, per group of aten ops.
 - `isolation`: running a measurement in a fresh process, with a memory budget and a timeout.
-- `timing`: interleaved timing and same-run ratios.
+- `anchors`: the models ratios are taken against, and the timing pass that reports them.
 - `comparison`: one grid point of a many-model comparison (memory pass, then timing pass).
 - `arguments`: the command-line options the scripts share.
 - `reporting`: results headers, markdown tables, targets, plots and the results files.
 
 The scripts run as `python benchmarks/SCRIPT.py`, which puts `benchmarks/` on `sys.path`; the tests find this package
-through pytest's `pythonpath` setting.
+through pytest's `pythonpath` setting. Peak memory and interleaved timing live in the package
+(`blockbert_hf.measuring`), which the demo uses too.
 """

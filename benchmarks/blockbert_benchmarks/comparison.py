@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 from tqdm.auto import tqdm
 
+from .anchors import timing_pass
 from .isolation import run_measurement
 from .models import Candidate
-from .timing import timing_pass
 
 
 def memory_pass(candidates: list[Candidate], function: Callable[..., dict], kwargs: dict, args, too_slow_s: float):

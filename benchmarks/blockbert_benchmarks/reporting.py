@@ -4,20 +4,17 @@ write (atomically, with `blockbert_hf.saving`)."""
 
 import datetime
 import json
-import os
-import platform
 import shlex
 import sys
 from pathlib import Path
 
-import torch
-import transformers
-
+from blockbert_hf.measuring.machine import machine_description
+from blockbert_hf.measuring.memory import GIB
+from blockbert_hf.measuring.timing import median_paired_ratio
 from blockbert_hf.saving import write_file_atomically
 
-from .memory import GIB
+from .anchors import pick_anchors
 from .models import CANDIDATES, Candidate
-from .timing import median_paired_ratio, pick_anchors
 
 
 def gib(num_bytes: float | None) -> str:
@@ -28,27 +25,6 @@ def markdown_table(headers: list[str], rows: list[list]) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
-
-
-def machine_description() -> str:
-    """CPU model, cores, threads used, memory, GPU and library versions: the line each results file starts with."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            cpu = next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    memory = ""
-    try:
-        with open("/proc/meminfo") as meminfo:
-            memory = f", {int(meminfo.readline().split()[1]) / 2**20:.0f} GiB RAM"
-    except (OSError, ValueError, IndexError):
-        pass
-    gpu = f", GPU {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ", no GPU"
-    return (
-        f"{cpu} ({os.cpu_count()} logical CPUs visible, torch uses {torch.get_num_threads()} threads){memory}{gpu}; "
-        f"Python {platform.python_version()}, torch {torch.__version__}, transformers {transformers.__version__}"
-    )
 
 
 def results_header(title: str, script: str, argv: list[str], notes: list[str]) -> str:

@@ -7,6 +7,7 @@ left behind.
 """
 
 import gzip
+import hashlib
 import json
 import os
 import re
@@ -126,3 +127,12 @@ def write_json_atomically(path: str | os.PathLike, obj, indent: int | None = 2) 
 def open_text(path: str | os.PathLike):
     """Opens a UTF-8 text file for reading, gunzipping `.gz` files."""
     return gzip.open(path, "rt", encoding="utf-8") if str(path).endswith(".gz") else open(path, encoding="utf-8")
+
+
+def sha256_of_file(path: str | os.PathLike) -> str:
+    """The file's sha256, read in 1 MiB chunks (model weights are too large to read at once)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -14,7 +14,6 @@ it are added while the total stays within T. A filled context is therefore at mo
 whole article, less than one paragraph short of T. The same fraction is used at every T.
 """
 
-import hashlib
 import json
 import logging
 import os
@@ -27,7 +26,7 @@ from pathlib import Path
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
-from ..saving import atomic_directory, open_text, write_file_atomically, write_json_atomically
+from ..saving import atomic_directory, open_text, sha256_of_file, write_file_atomically, write_json_atomically
 from .data import read_squad_json, split_squad_articles
 
 
@@ -370,14 +369,6 @@ def stats_table(stats: dict[str, dict]) -> str:
     return "\n".join(rows) + "\n"
 
 
-def _sha256(path: str | os.PathLike) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 @dataclass(frozen=True)
 class LongContextBuild:
     """What `build_long_context_sets` wrote: the contents of `manifest.json` and `stats.json`."""
@@ -406,7 +397,7 @@ def build_long_context_sets(
     stats = length_stats(sets, tokenizer)
     files = {built.name: json.dumps(squad_json(built), ensure_ascii=False) + "\n" for built in sets}
     manifest = {
-        "source": {"file": Path(source).name, "sha256": _sha256(source)},
+        "source": {"file": Path(source).name, "sha256": sha256_of_file(source)},
         "seed": config.seed,
         "tokenizer": tokenizer.name_or_path,
         "separator": SEPARATOR,

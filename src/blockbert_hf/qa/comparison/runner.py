@@ -9,14 +9,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ...saving import write_json_atomically
+from ...saving import sha256_of_file, write_json_atomically
 from ...training import list_checkpoints
 from .grid import GRID, Cell, ComparisonConfig, batch_sizes, eval_batch_size, select_cells
 from .layout import (
     MEASUREMENTS_FILE,
     CellLayout,
     command_path,
-    file_sha256,
     is_saved_model,
     read_json,
     read_manifest,
@@ -194,7 +193,7 @@ def write_cell_results(
             "max_train_samples": config.max_train_samples,
             "max_eval_samples": config.max_eval_samples,
         },
-        "source_model": {"path": command_path(source), "sha256": file_sha256(source / "model.safetensors")}
+        "source_model": {"path": command_path(source), "sha256": sha256_of_file(source / "model.safetensors")}
         if (source / "model.safetensors").is_file()
         else {"path": command_path(source)},
         "train": {
