@@ -1,5 +1,6 @@
 """Model cards: every card under model_cards/ parses as a Hub card and matches the results file it was generated from;
-the writer round-trips measured values; the recipe cards are what the generator writes today."""
+the writer round-trips measured values (QA comparison cells and the `make demo` model); the recipe cards are what the
+generator writes today."""
 
 import importlib.util
 import json
@@ -10,7 +11,14 @@ import pytest
 from conftest import REPO_ROOT, tiny_config
 from huggingface_hub import ModelCard
 
-from blockbert_hf.model_cards import KNOWN_BASE_MODELS, PAPER_CONFIGURATIONS, recipe_card, results_card, write_card
+from blockbert_hf.model_cards import (
+    KNOWN_BASE_MODELS,
+    PAPER_CONFIGURATIONS,
+    demo_card,
+    recipe_card,
+    results_card,
+    write_card,
+)
 
 
 CARDS = sorted((REPO_ROOT / "model_cards").glob("*/README.md"))
@@ -268,5 +276,170 @@ def test_the_command_line_writes_recipe_and_results_cards(measured, capsys):
     shutil.rmtree("model")
     assert cli.main(args) == 2 and "no config.json" in capsys.readouterr().err
     for bad in (["--recipes", "blockbert-large"], ["--recipes", "all", *args], ["--name", "tiny"]):
+        with pytest.raises(SystemExit):
+            cli.main(bad)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The card of the model `make demo` fine-tunes, from the demo's results file
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _demo_results():
+    """The demo's results.json (examples/demo.py) for a tiny model: N = 64, n = 2, heads 3:1."""
+    return {
+        "kind": "blockbert-hf demo",
+        "command": "python examples/demo.py --output_dir outputs/demo",
+        "elapsed_seconds": 412.3,
+        "machine": "AMD EPYC, 2 CPU threads, torch 2.13.0",
+        "source_model": {"path": "../source", "sha256": MINILM_SHA256, "architecture": "BertModel"},
+        "conversion": {
+            "command": "python examples/convert_roberta_to_blockbert.py SOURCE outputs/demo/converted --num_blocks 2 "
+            "--heads 3:1 --max_seq_length 64",
+            "verified": True,
+            "max_abs_difference_n1": 0.0,
+            "seconds": 25.1,
+        },
+        "model": {"folder": "model", "max_seq_length": 64, "num_blocks": 2, "block_size": 32, "heads_per_shift": "3:1"},
+        "training": {
+            "data_file": "data/samples/squad_v1.1_dev_demo.json.gz",
+            "articles": ["Amazon_rainforest", "Rhine"],
+            "questions": 1881,
+            "max_seq_length": 48,
+            "doc_stride": 16,
+            "num_train_epochs": 1.0,
+            "learning_rate": 0.0001,
+            "batch_size": 16,
+            "warmup_ratio": 0.1,
+            "seed": 0,
+            "seconds": 201.4,
+            "final_loss": 2.31,
+        },
+        "held_out": {
+            "title": "Sky_(United_Kingdom)",
+            "document_tokens": 3260,
+            "own_paragraph": {"questions": 108, "exact_match": 35.19, "f1": 48.123, "seconds_per_question": 0.05},
+            "whole_document": {"questions": 40, "exact_match": 20.0, "f1": 30.5, "seconds_per_question": 1.9},
+        },
+        "efficiency": {
+            "what": "one forward (batch 1) over a question and the first tokens of the held-out article",
+            "tokens": 64,
+            "rounds": 5,
+            "threads": 2,
+            "kernels": {
+                "eager": {
+                    "models": {
+                        "full": {"label": "full attention (n = 1)", "median_s": 1.2, "peak_bytes": 600 * 2**20},
+                        "n2": {"label": "BlockBERT n = 2 (3:1)", "median_s": 0.9, "peak_bytes": 400 * 2**20},
+                    },
+                    "time_ratio_to_full": {"n2": 0.75},
+                    "memory_ratio_to_full": {"n2": 0.667},
+                }
+            },
+        },
+    }
+
+
+@pytest.fixture
+def demo(tmp_path, monkeypatch):
+    """A repository-like folder (the current folder): the demo's fine-tuned model folder and its results file."""
+    monkeypatch.chdir(tmp_path)
+    tiny_config(heads_per_shift="3:1", architectures=["BlockBertForQuestionAnswering"]).save_pretrained("model")
+    results_file = Path("outputs/demo/results.json")
+    results_file.parent.mkdir(parents=True)
+    results_file.write_text(json.dumps(_demo_results()))
+    return results_file
+
+
+def test_a_demo_card_parses_and_its_model_index_equals_the_results_file(demo):
+    path = write_card(demo_card("model", demo, "tiny-demo"), "outputs/demo", "model")
+    card = ModelCard.load(path)  # what the Hub would read
+    data = card.data.to_dict()
+    assert data["results_file"] == "outputs/demo/results.json"
+    assert (data["base_model"], data["license"]) == ("sentence-transformers/all-MiniLM-L6-v2", "apache-2.0")
+    assert (data["pipeline_tag"], data["datasets"]) == ("question-answering", ["rajpurkar/squad"])
+    assert data["tags"] == ["blockbert", "long-context", "blockwise-attention"]
+    held_out = _demo_results()["held_out"]
+    values = {(r.dataset_args["test_set"], r.metric_type): r.metric_value for r in card.data.eval_results}
+    assert values == {
+        (name, metric): held_out[name][metric]
+        for name in ("own_paragraph", "whole_document")
+        for metric in ("exact_match", "f1")
+    }
+    text = card.text
+    assert "Demo model: 3.4 minutes of fine-tuning on 1,881 questions; not a production QA model." in text
+    assert "held-out article `Sky_(United_Kingdom)` (3,260 tokens)" in text and "`Amazon_rainforest`, `Rhine`" in text
+    assert "| `own_paragraph` | each question's own paragraph | 108 | 35.19 | 48.12 | 0.050 |" in text
+    assert "| `eager` | BlockBERT n = 2 (3:1) | 0.900 | 400.0 | 0.75 | 0.67 |" in text
+    assert "64 tokens, on AMD EPYC, 2 CPU threads, torch 2.13.0 with 2 thread(s)" in text
+    assert "| blocks n, block size b | 2, 32 |" in text and 'pipeline("question-answering"' in text
+    assert _demo_results()["conversion"]["command"] in text and "python examples/demo.py --output_dir" in text
+    assert "b = 32 tokens therefore sees full attention in the 3 shift-0 heads" in text
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "held_out.whole_document.f1",
+        "training.articles",
+        "efficiency.kernels.eager.time_ratio_to_full",
+        "efficiency.kernels.eager.models.n2.label",
+    ],
+)
+def test_a_demo_results_file_without_a_key_the_card_reads_is_refused_naming_it(demo, path):
+    results = _demo_results()
+    *parents, key = path.split(".")
+    container = results
+    for parent in parents:
+        container = container[parent]
+    del container[key]
+    demo.write_text(json.dumps(results))
+    with pytest.raises(ValueError, match=rf"it has no {path}\.$"):
+        demo_card("model", demo, "tiny-demo")
+
+
+def test_a_demo_card_refuses_other_results_files(demo):
+    results = _demo_results()
+    del results["efficiency"]["kernels"]["eager"]["time_ratio_to_full"]["n2"]  # a BlockBERT row without its ratio
+    del results["machine"]
+    demo.write_text(json.dumps(results))
+    with pytest.raises(ValueError, match=r"it has no machine, efficiency\.kernels\.eager\.time_ratio_to_full\.n2\.$"):
+        demo_card("model", demo, "tiny-demo")
+    demo.write_text(json.dumps({**_demo_results(), "kind": "something else"}))
+    with pytest.raises(ValueError, match="'something else' results, not 'blockbert-hf demo'"):
+        demo_card("model", demo, "tiny-demo")
+    demo.write_text(json.dumps(_results()))  # a QA comparison cell's results
+    with pytest.raises(ValueError, match="not a complete results file of examples/demo.py: it has no kind, command"):
+        demo_card("model", demo, "tiny-demo")
+    demo.write_text("[]")
+    with pytest.raises(ValueError, match="holds a JSON list, not the object `make demo` writes"):
+        demo_card("model", demo, "tiny-demo")
+    with pytest.raises(FileNotFoundError, match="pass the results file `make demo` wrote"):
+        demo_card("model", "outputs/missing.json", "tiny-demo")
+
+
+@pytest.mark.parametrize(
+    "overrides, difference",
+    [
+        ({"max_position_embeddings": 130}, "N 128 in the folder, 64 in the results"),
+        ({"num_blocks": 4, "heads_per_shift": "1:1:1:1"}, "num_blocks 4 in the folder, 2 in the results"),
+        ({"heads_per_shift": "2:2"}, "heads_per_shift '2:2' in the folder, '3:1' in the results"),
+        ({"attention_pattern": "full"}, "attention_pattern 'full' in the folder, 'blockwise' in the results"),
+    ],
+)
+def test_a_demo_card_refuses_a_model_of_another_configuration(demo, overrides, difference):
+    tiny_config(**{"heads_per_shift": "3:1", **overrides}).save_pretrained("other")
+    with pytest.raises(ValueError, match=rf"other is not the model of outputs/demo/results.json: .*{difference}"):
+        demo_card("other", demo, "tiny-demo")
+
+
+def test_the_command_line_writes_a_demo_card(demo, capsys):
+    cli = _load_cli()
+    args = ["--model_dir", "model", "--demo_results", str(demo), "--name", "tiny-demo", "--output_dir", "cards"]
+    assert cli.main(args) == 0
+    assert str(ModelCard.load("cards/tiny-demo/README.md")) == str(demo_card("model", demo, "tiny-demo"))
+    assert cli.main([*args[:2], "--demo_results", "missing.json", *args[4:]]) == 2
+    assert "missing.json does not exist" in capsys.readouterr().err
+    for bad in ([*args, "--results_file", str(demo)], ["--model_dir", "model", "--demo_results", str(demo)]):
         with pytest.raises(SystemExit):
             cli.main(bad)
