@@ -30,9 +30,12 @@ class BuildArguments:
     overwrite_output_dir: bool = field(default=False, metadata={"help": "Replace an existing output folder."})
 
 
+def build_parser() -> HfArgumentParser:
+    return HfArgumentParser((BuildArguments, LongContextConfig), description=__doc__, formatter_class=HelpFormatter)
+
+
 def main(argv=None) -> None:
-    parser = HfArgumentParser((BuildArguments, LongContextConfig), description=__doc__, formatter_class=HelpFormatter)
-    arguments, config = parser.parse_args_into_dataclasses(args=argv)
+    arguments, config = build_parser().parse_args_into_dataclasses(args=argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     tokenizer = AutoTokenizer.from_pretrained(arguments.tokenizer)
     started = time.perf_counter()

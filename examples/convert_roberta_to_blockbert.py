@@ -52,7 +52,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_TEXT = REPO_ROOT / "data" / "samples" / "wikitext2_test_sample.txt"
 
 
-def parse_args(argv=None):
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("source", help="folder (or hub id) of a RoBERTa/BERT checkpoint")
     parser.add_argument("output_dir")
@@ -102,11 +102,11 @@ def parse_args(argv=None):
     parser.add_argument("--skip_verification", action="store_true")
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty OUTPUT_DIR")
     parser.add_argument("--seed", type=int, default=0, help="seed for a head that has to be initialised")
-    return parser.parse_args(argv)
+    return parser
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
+    args = build_parser().parse_args(argv)
     try:
         converted = convert_checkpoint(
             args.source,

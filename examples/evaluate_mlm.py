@@ -20,10 +20,14 @@ from blockbert_hf.pretraining import MLMEvaluationArguments, UnreliableScoreErro
 from blockbert_hf.training import HelpFormatter
 
 
-def main(argv=None) -> int:
+def build_parser() -> HfArgumentParser:
     parser = HfArgumentParser(MLMEvaluationArguments, description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("model_path", help="a saved *ForMaskedLM folder with its tokenizer")
-    args, positional = parser.parse_args_into_dataclasses(args=argv)
+    return parser
+
+
+def main(argv=None) -> int:
+    args, positional = build_parser().parse_args_into_dataclasses(args=argv)
     try:
         metrics = evaluate_saved_model(positional.model_path, **asdict(args))
     except UnreliableScoreError as error:

@@ -18,11 +18,15 @@ from blockbert_hf.export import OnnxExportArguments, export_onnx_command
 from blockbert_hf.training import HelpFormatter
 
 
-def main(argv=None) -> int:
+def build_parser() -> HfArgumentParser:
     parser = HfArgumentParser(OnnxExportArguments, description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("model_folder", help="a saved BlockBERT folder with its tokenizer")
     parser.add_argument("output_folder", help="where model.onnx is written (a new or empty folder)")
-    args, positional = parser.parse_args_into_dataclasses(args=argv)
+    return parser
+
+
+def main(argv=None) -> int:
+    args, positional = build_parser().parse_args_into_dataclasses(args=argv)
     try:
         differences = export_onnx_command(positional.model_folder, positional.output_folder, args)
     except (ValueError, OSError) as error:

@@ -67,9 +67,12 @@ def prepare_comparison_folder(args: ComparisonArguments) -> None:
     print(f"tokenizer: {len(tokenizer)} tokens in {output_dir / 'tokenizer'}", flush=True)
 
 
+def build_parser() -> HfArgumentParser:
+    return HfArgumentParser(ComparisonArguments, description=__doc__, formatter_class=HelpFormatter)
+
+
 def main(argv=None):
-    parser = HfArgumentParser(ComparisonArguments, description=__doc__, formatter_class=HelpFormatter)
-    (args,) = parser.parse_args_into_dataclasses(args=argv)
+    (args,) = build_parser().parse_args_into_dataclasses(args=argv)
     args.train_files = args.train_files or DEFAULT_TRAIN_FILES
     args.validation_files = args.validation_files or DEFAULT_VALIDATION_FILES
     if not args.dry_run:

@@ -14,6 +14,7 @@ results and the report to --results_dir (default docs/qa_comparison). Needs the 
 examples/build_long_context_qa.py in --data_dir (default ../runs/long_qa_data).
 """
 
+import argparse
 import logging
 import sys
 
@@ -32,16 +33,29 @@ from blockbert_hf.training import HelpFormatter
 COMMANDS = ("run", "report")
 
 
+def build_parser() -> argparse.ArgumentParser:
+    """`qa_comparison.py {run,report} [options]`: both commands take the options of `ComparisonConfig`."""
+    parser = argparse.ArgumentParser(prog="qa_comparison.py", description=__doc__, formatter_class=HelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=HfArgumentParser)
+    for command in COMMANDS:
+        commands.add_parser(
+            command,
+            dataclass_types=ComparisonConfig,
+            prog=f"qa_comparison.py {command}",
+            description=__doc__,
+            formatter_class=HelpFormatter,
+        )
+    return parser
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] not in COMMANDS:
         print(f"usage: qa_comparison.py {{{','.join(COMMANDS)}}} [options] (--help for the options)\n\n{__doc__}")
         return 0 if argv and argv[0] in ("-h", "--help") else 2
-    command = argv[0]
-    parser = HfArgumentParser(
-        ComparisonConfig, prog=f"qa_comparison.py {command}", description=__doc__, formatter_class=HelpFormatter
-    )
-    (config,) = parser.parse_args_into_dataclasses(args=argv[1:])
+    options = vars(build_parser().parse_args(argv))
+    command = options.pop("command")
+    config = ComparisonConfig(**options)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     if command == "report":
         report = write_report(config)

@@ -33,9 +33,12 @@ from blockbert_hf.pretraining import PretrainingArguments, run_pretraining
 from blockbert_hf.training import HelpFormatter
 
 
+def build_parser() -> HfArgumentParser:
+    return HfArgumentParser(PretrainingArguments, description=__doc__, formatter_class=HelpFormatter)
+
+
 def main(argv=None):
-    parser = HfArgumentParser(PretrainingArguments, description=__doc__, formatter_class=HelpFormatter)
-    (args,) = parser.parse_args_into_dataclasses(args=argv)
+    (args,) = build_parser().parse_args_into_dataclasses(args=argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     results = run_pretraining(args)
     if results.get("finished") and "eval_perplexity" in results:

@@ -36,9 +36,12 @@ from blockbert_hf.qa import QARunConfig, run_qa
 from blockbert_hf.training import HelpFormatter
 
 
+def build_parser() -> HfArgumentParser:
+    return HfArgumentParser(QARunConfig, description=__doc__, formatter_class=HelpFormatter)
+
+
 def main(argv=None) -> None:
-    parser = HfArgumentParser(QARunConfig, description=__doc__, formatter_class=HelpFormatter)
-    (config,) = parser.parse_args_into_dataclasses(args=argv)
+    (config,) = build_parser().parse_args_into_dataclasses(args=argv)
     # run_qa logs on the main process only (and quiets the libraries elsewhere once it knows which process it is).
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     results = run_qa(config)

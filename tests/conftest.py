@@ -1,4 +1,6 @@
+import json
 import os
+import time
 
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported: it reads this once
@@ -9,7 +11,9 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from blockbert_hf import BlockBertConfig  # noqa: E402
-from blockbert_hf.tokenization import read_text_lines, train_roberta_tokenizer
+from blockbert_hf.measuring.machine import machine_description  # noqa: E402
+from blockbert_hf.saving import write_json_atomically  # noqa: E402
+from blockbert_hf.tokenization import read_text_lines, train_roberta_tokenizer  # noqa: E402
 
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -60,3 +64,34 @@ def tokenizer():
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+# `make test-durations` sets BLOCKBERT_TEST_DURATIONS=FILE:NAME: the session's counts and wall time are recorded under
+# NAME in FILE (JSON), from which the README's stated durations are read.
+_session = {"started": None}
+
+
+def pytest_sessionstart(session):
+    _session["started"] = time.perf_counter()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    target = os.environ.get("BLOCKBERT_TEST_DURATIONS")
+    if not target or _session["started"] is None:
+        return
+    path, _, name = target.rpartition(":")
+    if not path or not name:
+        raise pytest.UsageError(f"BLOCKBERT_TEST_DURATIONS={target!r}: expected FILE:NAME, e.g. durations.json:default")
+    if exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+        return  # interrupted or broken: no duration worth stating
+    outcomes = ("passed", "failed", "xfailed", "skipped")
+    counts = {outcome: len(terminalreporter.stats.get(outcome, [])) for outcome in outcomes}
+    recorded = json.loads(Path(path).read_text()) if Path(path).is_file() else {}
+    recorded[name] = {
+        "markers": config.option.markexpr,
+        "tests": counts["passed"] + counts["failed"] + counts["xfailed"],
+        **counts,
+        "seconds": round(time.perf_counter() - _session["started"], 1),
+        "machine": machine_description(),
+    }
+    write_json_atomically(path, recorded)

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from .data import read_squad_json, split_squad_articles
 
 
-def _main(argv: Iterable[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m blockbert_hf.qa", description="QA data helpers.")
     commands = parser.add_subparsers(dest="command", required=True)
     split = commands.add_parser(
@@ -14,7 +14,11 @@ def _main(argv: Iterable[str] | None = None) -> None:
     )
     split.add_argument("source", help="SQuAD-format .json or .json.gz")
     split.add_argument("output_dir")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _main(argv: Iterable[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     first, second = split_squad_articles(args.source, args.output_dir)
     for path in (first, second):
         dataset = read_squad_json(path)
