@@ -110,6 +110,12 @@ def shown_path(path: Path) -> str:
     return str(path) if relative.startswith("..") else relative
 
 
+def source_sha256(source: Path) -> str | None:
+    """The sha256 of the source's safetensors weights (how the model card names the starting weights), if it has any."""
+    weights = source / "model.safetensors"
+    return sha256_of_file(weights) if weights.is_file() else None
+
+
 def check_output_dir(output_dir: Path) -> None:
     """The demo replaces what an earlier demo wrote there, and refuses any other non-empty folder."""
     if output_dir.is_dir() and any(output_dir.iterdir()):
@@ -162,7 +168,7 @@ def main(argv=None) -> int:
         "command": shlex.join(["python", "examples/demo.py", *(sys.argv[1:] if argv is None else argv)]),
         "arguments": asdict(args),
         "machine": machine_description(),
-        "source_model": {"path": shown_path(source), "sha256": sha256_of_file(source / "model.safetensors")},
+        "source_model": {"path": shown_path(source), "sha256": source_sha256(source)},
         "conversion": {"command": convert_command, "folder": str(converted), **conversion_outcome(converted)},
         "model": {
             "folder": str(model_folder),
@@ -182,7 +188,10 @@ def main(argv=None) -> int:
     }
     results["elapsed_seconds"] = round(time.perf_counter() - started, 1)
     results_file = write_json_atomically(output_dir / "results.json", results)
-    card_folder = write_card(demo_card(model_folder, results_file, name="blockbert-minilm-demo"), trained, "model")
+    try:
+        card = write_card(demo_card(model_folder, results_file, name="blockbert-minilm-demo"), trained, "model")
+    except ValueError as error:  # e.g. a --source_model whose Hub id and license the card cannot name
+        card = f"not written: {error}"
 
     report = format_report(results)
     write_file_atomically(
@@ -194,7 +203,7 @@ def main(argv=None) -> int:
     print("\n" + report)
     print(
         f"\nDone in {results['elapsed_seconds'] / 60:.1f} min ({torch.get_num_threads()} CPU threads)."
-        f"\n  fine-tuned model: {model_folder}  (its model card: {card_folder})"
+        f"\n  fine-tuned model: {model_folder}  (its model card: {card})"
         f"\n  converted model:  {converted}  (conversion_report.json)"
         f"\n  results:          {results_file}"
         f'\n  try it:           python -c "from transformers import pipeline; '

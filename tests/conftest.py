@@ -68,11 +68,12 @@ def _seed():
 
 # `make test-durations` sets BLOCKBERT_TEST_DURATIONS=FILE:NAME: the session's counts and wall time are recorded under
 # NAME in FILE (JSON), from which the README's stated durations are read.
-_session = {"started": None}
+_session = {"started": None, "machine": None}
 
 
 def pytest_sessionstart(session):
     _session["started"] = time.perf_counter()
+    _session["machine"] = machine_description()  # before any test changes torch's thread count
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
@@ -92,6 +93,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         "tests": counts["passed"] + counts["failed"] + counts["xfailed"],
         **counts,
         "seconds": round(time.perf_counter() - _session["started"], 1),
-        "machine": machine_description(),
+        "machine": _session["machine"],
     }
     write_json_atomically(path, recorded)

@@ -292,7 +292,7 @@ FIGURES = [
     Figure("blocks of {}, checks", DEMO, lambda r: r["model"]["max_seq_length"] // r["model"]["num_blocks"], "{}"),
     Figure("on {} bundled SQuAD articles", DEMO, lambda r: len(r["training"]["articles"]), "{}"),
     Figure("over {} tokens with full attention", DEMO, json_key("efficiency", "tokens"), "{:,}"),
-    Figure("Measured here in {} minutes", DEMO, lambda r: r["elapsed_seconds"] / 60, "{:.1f}"),
+    Figure("fresh clone in {} minutes", DEMO, lambda r: r["elapsed_seconds"] / 60, "{:.1f}"),
     Figure("F1 {} over the questions' own", DEMO, json_key("held_out", "own_paragraph", "f1"), "{:.1f}"),
     Figure("F1 {} over the whole", DEMO, json_key("held_out", "whole_document", "f1"), "{:.1f}"),
     Figure("(fine-tuned on {} questions", QA_HALVES, json_key("train_examples"), "{:,}"),

@@ -126,10 +126,8 @@ def _answer(qa, questions: Sequence[str], contexts: Sequence[str], batch_size: i
 def _score(rows: datasets.Dataset, answers: list[dict], seconds: float) -> dict:
     metric, _ = load_squad_metric(version_2=False)
     scores = metric.compute(
-        predictions=[
-            {"id": row_id, "prediction_text": answer["answer"]} for row_id, answer in zip(rows["id"], answers)
-        ],
-        references=[{"id": row_id, "answers": answers} for row_id, answers in zip(rows["id"], rows["answers"])],
+        predictions=[{"id": qid, "prediction_text": answer["answer"]} for qid, answer in zip(rows["id"], answers)],
+        references=[{"id": qid, "answers": gold} for qid, gold in zip(rows["id"], rows["answers"])],
     )
     return {
         "questions": len(rows),
@@ -237,8 +235,8 @@ def measure_attention_cost(
     """One forward (batch 1) over `question` + `document` cut to the model's N tokens, for every `attention_variants`
     entry (same weights) and every attention kernel: the median time over `rounds` interleaved rounds with its
     same-run ratio to full attention, and the peak memory of the forward's tensors (`track_peak_memory`) with its
-    ratio to full attention. `eager` materialises the attention scores (as the paper's implementation does); `sdpa`
-    is PyTorch's fused kernel, the default."""
+    ratio to full attention. `eager` materialises the attention scores; `sdpa` is PyTorch's fused kernel (the
+    default)."""
     tokenizer = AutoTokenizer.from_pretrained(model_folder)
     trained = BlockBertForQuestionAnswering.from_pretrained(model_folder).eval()
     length = trained.config.max_sequence_length
@@ -253,7 +251,7 @@ def measure_attention_cost(
 
 
 def format_report(results: Mapping) -> str:
-    """What the demo prints at the end: the held-out answers, EM/F1, the cost comparison and where everything is."""
+    """What the demo prints at the end: example answers, EM/F1 on the held-out questions and the cost comparison."""
     held_out, cost = results["held_out"], results["efficiency"]
     lines = [
         f"Held-out article {held_out['title']!r}: {held_out['paragraphs']} paragraphs, "
