@@ -129,11 +129,14 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     output_dir = Path(args.output_dir)
     check_output_dir(output_dir)
-    source = Path(args.source_model) if args.source_model else installed_minilm()
-    held_out = read_held_out_article(args.held_out_file, args.held_out_title)
-    training = write_training_file(
-        args.train_file, args.held_out_title, output_dir / "data" / "train.json", args.max_train_articles
-    )
+    try:  # bad options and inputs stop the demo here, before any work, with the reason
+        source = Path(args.source_model) if args.source_model else installed_minilm()
+        held_out = read_held_out_article(args.held_out_file, args.held_out_title)
+        training = write_training_file(
+            args.train_file, args.held_out_title, output_dir / "data" / "train.json", args.max_train_articles
+        )
+    except (OSError, ValueError) as error:
+        sys.exit(f"demo: {error}")
     print(
         f"Fine-tuning data: {training['questions']:,} questions of {len(training['articles'])} articles; held out: "
         f"{held_out.title!r} ({len(held_out.questions)} questions, {len(held_out.paragraphs)} paragraphs).",

@@ -376,6 +376,11 @@ def test_a_demo_card_parses_and_its_model_index_equals_the_results_file(demo):
     assert _demo_results()["conversion"]["command"] in text and "python examples/demo.py --output_dir" in text
     assert "b = 32 tokens therefore sees full attention in the 3 shift-0 heads" in text
 
+    results = _demo_results()
+    results["training"]["final_loss"] = None  # a run shorter than --logging_steps logs no loss
+    demo.write_text(json.dumps(results))
+    assert "| final training loss | not logged |" in demo_card("model", demo, "tiny-demo").text
+
 
 @pytest.mark.parametrize(
     "path",

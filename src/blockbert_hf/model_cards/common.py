@@ -9,6 +9,7 @@ from pathlib import Path
 from huggingface_hub import ModelCard, ModelCardData
 
 from ..configuration_blockbert import BlockBertConfig
+from ..minilm import MINILM_HUB_ID, MINILM_LICENSE, MINILM_SHA256
 from ..saving import write_file_atomically
 
 
@@ -17,12 +18,7 @@ ROBERTA_BASE = "FacebookAI/roberta-base"
 SQUAD = "rajpurkar/squad"
 # Source weights a measured model may start from, by the sha256 of their model.safetensors (as its results file
 # records it): the Hub id to name as base_model and the weights' license.
-KNOWN_BASE_MODELS = {
-    "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db": (
-        "sentence-transformers/all-MiniLM-L6-v2",
-        "apache-2.0",
-    ),
-}
+KNOWN_BASE_MODELS = {MINILM_SHA256: (MINILM_HUB_ID, MINILM_LICENSE)}
 METRICS = {"exact_match": "Exact match", "f1": "F1"}  # results key (the Hub's metric type) -> display name
 
 CITATION = """```bibtex

@@ -232,7 +232,8 @@ def _training_text(results: Mapping) -> str:
         ["batch size", training["batch_size"]],
         ["seed", training["seed"]],
         ["train time", f"{training['seconds'] / 60:.1f} min on {results['machine']}"],
-        ["final training loss", f"{training['final_loss']:.3f}"],
+        # None where the run ended before its first logged step
+        ["final training loss", "not logged" if training["final_loss"] is None else f"{training['final_loss']:.3f}"],
     ]
     return _table(["", ""], rows)
 
