@@ -13,11 +13,11 @@ from pathlib import Path
 import torch
 
 from blockbert_benchmarks.models import bert_base_config
+from blockbert_benchmarks.reporting import print_and_write
 from blockbert_hf import BlockBertModel
 from blockbert_hf.measuring.machine import machine_description
 from blockbert_hf.measuring.timing import interleaved_medians
 from blockbert_hf.modeling_blockbert import build_attention_layout, kernel_tiled_attention
-from blockbert_hf.saving import write_file_atomically
 
 
 def model_forward(batch_size: int, seq_len: int, repeats: int, layers: int) -> dict:
@@ -139,11 +139,7 @@ def main(argv=None):
             "forward": model_forward(args.batch_size, args.seq_len, args.repeats, args.layers),
             "attention_op": attention_op(args.op_seq_len, args.repeats),
         }
-    markdown = render_markdown(results)
-    print(markdown)
-    for path, text in ((args.output, json.dumps(results, indent=2)), (args.markdown, markdown)):
-        if path:
-            write_file_atomically(path, text)
+    print_and_write(results, render_markdown(results), args.output, args.markdown)
 
 
 if __name__ == "__main__":

@@ -24,12 +24,11 @@ import torch
 
 from blockbert_benchmarks.arguments import parse_grid
 from blockbert_benchmarks.models import bert_base_config
-from blockbert_benchmarks.reporting import markdown_table
+from blockbert_benchmarks.reporting import markdown_table, print_and_write
 from blockbert_benchmarks.workloads import random_token_ids
 from blockbert_hf import BlockBertConfig, BlockBertModel
 from blockbert_hf.measuring.machine import machine_description
 from blockbert_hf.measuring.timing import interleaved_medians
-from blockbert_hf.saving import write_file_atomically
 
 
 EAGER, COMPILED = "eager (sdpa)", "compiled (sdpa)"
@@ -187,11 +186,7 @@ def main(argv=None):
                 for batch_size, seq_len in args.grid
             },
         }
-    markdown = render_markdown(results)
-    print(markdown)
-    for path, text in ((args.output, json.dumps(results, indent=2)), (args.markdown, markdown)):
-        if path:
-            write_file_atomically(path, text)
+    print_and_write(results, render_markdown(results), args.output, args.markdown)
 
 
 if __name__ == "__main__":

@@ -1,3 +1,4 @@
+import importlib.util
 import json
 import os
 import time
@@ -19,6 +20,16 @@ from blockbert_hf.tokenization import read_text_lines, train_roberta_tokenizer  
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_TEXT = REPO_ROOT / "data" / "samples" / "wikitext2_test_sample.txt"
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+
+
+def load_script(path):
+    """A script of the repository (`path` relative to its root, e.g. `examples/run_qa.py`) imported as a module; its
+    `if __name__ == "__main__"` part does not run."""
+    path = REPO_ROOT / path
+    spec = importlib.util.spec_from_file_location(f"script_{path.parent.name}_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def tiny_config(**overrides) -> BlockBertConfig:

@@ -15,12 +15,13 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import conftest
 from accelerate.commands.launch import launch_command_parser
 
 from blockbert_hf.measuring.timing import median_paired_ratio
 
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = conftest.REPO_ROOT
 README = REPO_ROOT / "README.md"
 
 FENCE = re.compile(r"^```(\w*)\s*$")
@@ -249,13 +250,8 @@ def parse(parser, arguments: list[str]) -> tuple[Any, str | None]:
     return None, lines[-1] if lines else "the parser exited"
 
 
-@cache
-def load_script(path: str):
-    """An example script imported as a module from its path (its `if __name__ == "__main__"` part does not run)."""
-    spec = importlib.util.spec_from_file_location(f"readme_{Path(path).stem}", REPO_ROOT / path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+# An example script imported as a module, once per path.
+load_script = cache(conftest.load_script)
 
 
 def load_main_module(name: str):

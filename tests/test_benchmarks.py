@@ -1,7 +1,6 @@
 """The efficiency benchmarks: memory measurement, isolation, fits and tables (the `blockbert_benchmarks` harness), and
 the --quick mode of every script in benchmarks/ (which checks that the scripts work; nothing here asserts speed)."""
 
-import importlib.util
 import json
 import re
 import subprocess
@@ -9,7 +8,7 @@ import sys
 
 import pytest
 import torch
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, load_script
 
 from blockbert_benchmarks.arguments import parse_grid
 from blockbert_benchmarks.isolation import run_isolated, run_measurement
@@ -31,13 +30,6 @@ from blockbert_hf.saving import write_file_atomically
 BENCHMARKS = REPO_ROOT / "benchmarks"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 MIB = 2**20
-
-
-def load_script(name):
-    spec = importlib.util.spec_from_file_location(f"benchmark_{name}", BENCHMARKS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def run_quick(name, output_dir):
@@ -315,7 +307,7 @@ def test_write_file_atomically_replaces_or_leaves_the_old_file(tmp_path):
 )
 def test_scripts_reject_bad_arguments_with_a_reason(script, arguments, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        load_script(script).parse_args(arguments)
+        load_script(f"benchmarks/{script}.py").parse_args(arguments)
     assert exit_info.value.code == 2
     assert re.search(message, capsys.readouterr().err)
 
@@ -324,7 +316,7 @@ def test_scripts_reject_bad_arguments_with_a_reason(script, arguments, message, 
 
 
 def test_memory_regression_fit_without_a_quadratic_term_in_the_reference():
-    script = load_script("memory_regression")
+    script = load_script("benchmarks/memory_regression.py")
     candidates = parse_candidates("blockbert-full-sdpa,blockbert-n2-sdpa")
     flat = [dict(model="blockbert-full-sdpa", seq_len=n, status="ok", activation_bytes=4 * GIB) for n in (256, 512)]
     rising = [
@@ -381,7 +373,7 @@ def test_train_step_quick_mode(tmp_path):
 
 @pytest.mark.parametrize("forward", [False, True])
 def test_profile_step_quick_mode(tmp_path, forward):
-    script = load_script("profile_step")
+    script = load_script("benchmarks/profile_step.py")
     assert script.main(["--quick", "--output_dir", str(tmp_path), *(["--forward"] if forward else [])]) == 0
     stem = "profile_forward" if forward else "profile_train_step"
     results = json.loads((tmp_path / f"{stem}.json").read_text())["results"]

@@ -1,4 +1,3 @@
-import importlib.util
 import json
 import subprocess
 import sys
@@ -6,20 +5,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, load_script
 
 from blockbert_benchmarks.models import bert_base_config
 from blockbert_hf import partner_block
 
 
 SCRIPT = REPO_ROOT / "benchmarks" / "blockwise_speed.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("blockwise_speed", SCRIPT)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    return script
 
 
 def test_quick_mode_writes_json_and_markdown(tmp_path):
@@ -53,7 +45,7 @@ def test_a_failed_write_leaves_the_previous_results(tmp_path, monkeypatch):
     )
     markdown_path = tmp_path / "speed.md"
     markdown_path.write_text("old results")
-    script = load_script()
+    script = load_script("benchmarks/blockwise_speed.py")
     write_text = Path.write_text
 
     def torn_write(path, data, *args, **kwargs):
@@ -74,8 +66,9 @@ def test_the_timed_blockwise_op_is_blockbert_attention(num_blocks):
     """The attention op timed alone computes BlockBERT's (bidirectional) blockwise attention, not a causal one."""
     seq_len, heads, head_dim = 64, 12, 8
     query, key, value = (torch.randn(1, seq_len, heads, head_dim) for _ in range(3))
+    candidates = load_script("benchmarks/blockwise_speed.py").attention_op_candidates(query, key, value)
     with torch.inference_mode():
-        measured = load_script().attention_op_candidates(query, key, value)[f"blockwise n={num_blocks}"]()
+        measured = candidates[f"blockwise n={num_blocks}"]()
     config = bert_base_config(seq_len, num_blocks=num_blocks)
     shifts = [shift for shift, count in enumerate(config.heads_per_shift) for _ in range(count)]
     block = torch.arange(seq_len) // (seq_len // num_blocks)

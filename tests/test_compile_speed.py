@@ -1,21 +1,13 @@
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 
 import pytest
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, load_script
 
 
 SCRIPT = REPO_ROOT / "benchmarks" / "compile_speed.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("compile_speed", SCRIPT)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    return script
 
 
 def run_script(*arguments, timeout=300):
@@ -65,6 +57,6 @@ def test_quick_mode_writes_json_and_markdown(tmp_path):
 )
 def test_bad_arguments_fail_before_measuring(capsys, arguments, message):
     with pytest.raises(SystemExit) as exit_info:
-        load_script().parse_args(arguments)
+        load_script("benchmarks/compile_speed.py").parse_args(arguments)
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err

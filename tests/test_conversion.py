@@ -1,13 +1,12 @@
 """RoBERTa/BERT -> BlockBERT conversion: weight for weight, n = 1 equality, position extension, BERT specifics,
 headless sources, the checkpoint's own tokenizer for verification, bad inputs that write nothing."""
 
-import importlib.util
 import json
 
 import huggingface_hub
 import pytest
 import torch
-from conftest import REPO_ROOT, SAMPLE_TEXT
+from conftest import SAMPLE_TEXT, load_script
 from tokenizers import BertWordPieceTokenizer
 from transformers import (
     AutoModelForMaskedLM,
@@ -39,14 +38,6 @@ from blockbert_hf.tokenization import read_text_lines
 
 TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
 SENTENCES = sample_sentences(SAMPLE_TEXT, 4)
-
-
-def _load_example():
-    path = REPO_ROOT / "examples" / "convert_roberta_to_blockbert.py"
-    spec = importlib.util.spec_from_file_location("convert_example", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +108,7 @@ def test_roberta_mlm_converts_weight_for_weight_and_n1_logits_are_equal(roberta_
     assert silenced.max_abs_diff < 1e-5 and max(silenced.lengths) == 32
 
     # The n = 1 conversion is the RoBERTa model itself, also through the saved folder.
-    example = _load_example()
+    example = load_script("examples/convert_roberta_to_blockbert.py")
     assert example.main([roberta_mlm, str(tmp_path / "out"), "--num_blocks", "1"]) == 0
     loaded = AutoModelForMaskedLM.from_pretrained(tmp_path / "out").eval()
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "out")
@@ -288,7 +279,7 @@ def test_headless_source_to_masked_lm_initialises_the_head_and_says_so(tmp_path,
 
 
 def _run_example(args):
-    return _load_example().main([str(arg) for arg in args])
+    return load_script("examples/convert_roberta_to_blockbert.py").main([str(arg) for arg in args])
 
 
 @pytest.mark.parametrize(
@@ -333,7 +324,7 @@ def test_bad_inputs_give_clear_errors_and_write_nothing(
 
 
 def test_failed_verification_exits_nonzero_and_writes_nothing(roberta_mlm, tmp_path, monkeypatch, capsys):
-    example = _load_example()
+    example = load_script("examples/convert_roberta_to_blockbert.py")
     convert = example.convert_checkpoint
 
     def convert_then_break_a_weight(*args, **kwargs):

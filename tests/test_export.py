@@ -3,14 +3,13 @@
 export"). The default suite runs one configuration per mechanism; the full grid is marked slow."""
 
 import contextlib
-import importlib.util
 import io
 import json
 import shutil
 
 import pytest
 import torch
-from conftest import REPO_ROOT, make_model, random_batch, tiny_config
+from conftest import load_script, make_model, random_batch, tiny_config
 
 from blockbert_hf import (
     BlockBertForMaskedLM,
@@ -134,13 +133,6 @@ def onnx_runner(folder, config):
     return lambda input_ids, attention_mask: runner(input_ids.numpy(), attention_mask.numpy())
 
 
-def load_export_script():
-    spec = importlib.util.spec_from_file_location("export_onnx", REPO_ROOT / "examples" / "export_onnx.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def saved_qa_model(tmp_path_factory, tokenizer):
     folder = tmp_path_factory.mktemp("qa_model")
@@ -157,7 +149,7 @@ def exported_qa_model(saved_qa_model, tmp_path_factory):
     out = tmp_path_factory.mktemp("exported") / "onnx"
     stdout = io.StringIO()
     with contextlib.redirect_stdout(stdout):
-        status = load_export_script().main([str(saved_qa_model), str(out)])
+        status = load_script("examples/export_onnx.py").main([str(saved_qa_model), str(out)])
     return status, stdout.getvalue(), out
 
 
@@ -199,7 +191,7 @@ def test_export_command_writes_nothing_when_onnx_runtime_disagrees(
 
     monkeypatch.setattr(blockbert_export, "export_onnx", export_the_wrong_model)
     out = tmp_path / "onnx"
-    assert load_export_script().main([str(other), str(out)]) == 1
+    assert load_script("examples/export_onnx.py").main([str(other), str(out)]) == 1
     assert "differs from the eager model" in capsys.readouterr().err
     assert not out.exists() and list(tmp_path.iterdir()) == [other]
 

@@ -126,6 +126,14 @@ def comparison_plot(sections: list[dict], candidates: list[Candidate], memory_fi
     plt.close(figure)
 
 
+def print_and_write(results: dict, markdown: str, json_path: str | None, markdown_path: str | None) -> None:
+    """Prints the markdown report, and writes it and the results (JSON) to the paths given, each atomically."""
+    print(markdown)
+    for path, text in ((json_path, json.dumps(results, indent=2)), (markdown_path, markdown)):
+        if path:
+            write_file_atomically(path, text)
+
+
 def run_arguments(args) -> dict:
     """The parsed arguments as a results file records them (the parsed candidates are recorded by their keys)."""
     return {key: value for key, value in vars(args).items() if key != "candidates"}

@@ -29,6 +29,7 @@ from .measuring.timing import interleaved_medians
 from .modeling_blockbert import BlockBertForQuestionAnswering
 from .qa import load_squad_metric, read_squad_json
 from .saving import open_text, write_json_atomically
+from .training import METRICS_FILE, RUN_ARGS_FILE, read_metrics
 
 
 # Answers longer than this many tokens are not proposed (run_qa's default, so training and demo score alike).
@@ -98,9 +99,8 @@ def conversion_outcome(converted_folder: str | os.PathLike) -> dict:
 def training_outcome(run_folder: str | os.PathLike) -> dict:
     """The recipe a `run_qa` fine-tuning ran with (its `run_args.json`) and its last logged training loss."""
     run_folder = Path(run_folder)
-    arguments = json.loads((run_folder / "run_args.json").read_text(encoding="utf-8"))
-    with open(run_folder / "metrics.jsonl", encoding="utf-8") as log:
-        losses = [json.loads(line)["loss"] for line in log if line.strip()]
+    arguments = json.loads((run_folder / RUN_ARGS_FILE).read_text(encoding="utf-8"))
+    losses = [record["loss"] for record in read_metrics(run_folder / METRICS_FILE) if "loss" in record]
     return {
         "data_file": arguments["train_file"],
         "max_seq_length": arguments["max_seq_length"],

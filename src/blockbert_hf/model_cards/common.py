@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from huggingface_hub import ModelCard, ModelCardData
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..configuration_blockbert import BlockBertConfig
 from ..minilm import MINILM_HUB_ID, MINILM_LICENSE, MINILM_SHA256
@@ -44,6 +44,45 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
+
+
+def _squad_eval_results(test_set: str, dataset_name: str, dataset_args: Mapping, scores: Mapping) -> list[EvalResult]:
+    """The model-index entries (EM and F1) of one SQuAD test set; `scores` holds `METRICS`' keys."""
+    return [
+        EvalResult(
+            task_type="question-answering",
+            task_name="Extractive question answering",
+            dataset_type=SQUAD,
+            dataset_name=dataset_name,
+            # the Hub groups a model-index by (task, dataset, config, split): one config per test set
+            dataset_config=test_set,
+            dataset_split="validation",
+            dataset_args={"test_set": test_set, **dataset_args},
+            metric_type=metric,
+            metric_name=display,
+            metric_value=scores[metric],
+        )
+        for metric, display in METRICS.items()
+    ]
+
+
+def _qa_card_data(
+    name: str, base_model: str, license: str, tags: Sequence[str], eval_results: list[EvalResult], results_file: str
+) -> ModelCardData:
+    """The metadata of a card of a fine-tuned extractive QA model measured on SQuAD."""
+    return ModelCardData(
+        model_name=name,
+        base_model=base_model,
+        license=license,
+        language="en",
+        library_name="transformers",
+        pipeline_tag="question-answering",
+        tags=list(tags),
+        datasets=[SQUAD],
+        metrics=list(METRICS),
+        eval_results=eval_results,
+        results_file=results_file,
+    )
 
 
 def _card(data: ModelCardData, body: str) -> ModelCard:

@@ -11,14 +11,12 @@ import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from huggingface_hub import EvalResult, ModelCard, ModelCardData
+from huggingface_hub import EvalResult, ModelCard
 
 from ..configuration_blockbert import BlockBertConfig
 from .common import (
     CITATION,
-    METRICS,
     REPOSITORY,
-    SQUAD,
     _base_model,
     _bullets,
     _card,
@@ -27,9 +25,11 @@ from .common import (
     _generated_note,
     _heads_text,
     _model_rows,
+    _qa_card_data,
     _qa_usage,
     _read_model_config,
     _recorded_path,
+    _squad_eval_results,
     _table,
 )
 
@@ -83,25 +83,16 @@ def _set_description(name: str, measured: Mapping) -> str:
 
 
 def _eval_results(results: Mapping) -> list[EvalResult]:
-    evals = []
-    for name, measured in results["sets"].items():
-        for metric, display in METRICS.items():
-            evals.append(
-                EvalResult(
-                    task_type="question-answering",
-                    task_name="Extractive question answering",
-                    dataset_type=SQUAD,
-                    dataset_name=f"SQuAD v1.1 dev, held-out articles: {name} ({_set_description(name, measured)})",
-                    # the Hub groups a model-index by (task, dataset, config, split): one config per test set
-                    dataset_config=name,
-                    dataset_split="validation",
-                    dataset_args={"test_set": name, "questions": measured["questions"]},
-                    metric_type=metric,
-                    metric_name=display,
-                    metric_value=measured[metric],
-                )
-            )
-    return evals
+    return [
+        entry
+        for name, measured in results["sets"].items()
+        for entry in _squad_eval_results(
+            name,
+            f"SQuAD v1.1 dev, held-out articles: {name} ({_set_description(name, measured)})",
+            {"questions": measured["questions"]},
+            measured,
+        )
+    ]
 
 
 def _commands_by_step(commands: Sequence[str]) -> tuple[list[str], list[str], dict[str, str]]:
@@ -255,19 +246,7 @@ def results_card(
     recorded = _recorded_path(results_path)
     _, _, evaluations = _commands_by_step(results["commands"])
     tags = ["blockbert", "long-context", f"{config.attention_pattern.replace('_', '-')}-attention", "squad"]
-    data = ModelCardData(
-        model_name=name,
-        base_model=base_model,
-        license=license,
-        language="en",
-        library_name="transformers",
-        pipeline_tag="question-answering",
-        tags=tags,
-        datasets=[SQUAD],
-        metrics=list(METRICS),
-        eval_results=_eval_results(results),
-        results_file=recorded,
-    )
+    data = _qa_card_data(name, base_model, license, tags, _eval_results(results), recorded)
     heads = _heads_text(config.heads_per_shift)
     attention = (
         f"blockwise attention (n = {config.num_blocks} blocks of b = {config.block_size} tokens, heads {heads})"

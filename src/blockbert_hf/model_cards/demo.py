@@ -10,14 +10,12 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from huggingface_hub import EvalResult, ModelCard, ModelCardData
+from huggingface_hub import EvalResult, ModelCard
 
 from ..configuration_blockbert import BlockBertConfig, parse_heads_per_shift
 from .common import (
     CITATION,
-    METRICS,
     REPOSITORY,
-    SQUAD,
     _base_model,
     _bullets,
     _card,
@@ -26,9 +24,11 @@ from .common import (
     _generated_note,
     _heads_text,
     _model_rows,
+    _qa_card_data,
     _qa_usage,
     _read_model_config,
     _recorded_path,
+    _squad_eval_results,
     _table,
 )
 
@@ -153,22 +153,14 @@ def _set_description(name: str, held_out: Mapping) -> str:
 
 def _eval_results(held_out: Mapping) -> list[EvalResult]:
     return [
-        EvalResult(
-            task_type="question-answering",
-            task_name="Extractive question answering",
-            dataset_type=SQUAD,
-            dataset_name=f"SQuAD v1.1 dev, held-out article {held_out['title']}: {name} "
-            f"({_set_description(name, held_out)})",
-            # the Hub groups a model-index by (task, dataset, config, split): one config per held-out set
-            dataset_config=name,
-            dataset_split="validation",
-            dataset_args={"test_set": name, "questions": held_out[name]["questions"], "article": held_out["title"]},
-            metric_type=metric,
-            metric_name=display,
-            metric_value=held_out[name][metric],
-        )
+        entry
         for name in HELD_OUT_SETS
-        for metric, display in METRICS.items()
+        for entry in _squad_eval_results(
+            name,
+            f"SQuAD v1.1 dev, held-out article {held_out['title']}: {name} ({_set_description(name, held_out)})",
+            {"questions": held_out[name]["questions"], "article": held_out["title"]},
+            held_out[name],
+        )
     ]
 
 
@@ -270,19 +262,8 @@ def demo_card(
     base_model, license = _base_model(results, base_model, license)
     recorded = _recorded_path(results_path)
     training, held_out, conversion = results["training"], results["held_out"], results["conversion"]
-    data = ModelCardData(
-        model_name=name,
-        base_model=base_model,
-        license=license,
-        language="en",
-        library_name="transformers",
-        pipeline_tag="question-answering",
-        tags=["blockbert", "long-context", "blockwise-attention"],
-        datasets=[SQUAD],
-        metrics=list(METRICS),
-        eval_results=_eval_results(held_out),
-        results_file=recorded,
-    )
+    tags = ["blockbert", "long-context", "blockwise-attention"]
+    data = _qa_card_data(name, base_model, license, tags, _eval_results(held_out), recorded)
     heads = _heads_text(config.heads_per_shift)
     check = (
         f"The conversion checked that with n = 1 it computes what the source model computes (largest difference "
