@@ -208,6 +208,10 @@ def test_run_end_to_end_then_resume_redoes_only_what_is_missing(tiny_setup, monk
     assert (
         results["recipe"]["per_device_train_batch_size"] == 2 and results["recipe"]["gradient_accumulation_steps"] == 2
     )
+    # The recipe's attention dropout (0) replaces the source's (0.1) in fine-tuning.
+    trained = json.loads((root / "work" / "cells" / TINY_CELL.name / "train" / "model" / "config.json").read_text())
+    assert results["recipe"]["attention_probs_dropout_prob"] == trained["attention_probs_dropout_prob"] == 0.0
+    assert json.loads((root / "source" / "config.json").read_text())["attention_probs_dropout_prob"] == 0.1
     scores = json.loads((root / "results" / TINY_CELL.name / "scores.json").read_text())
     questions = json.loads((root / "results" / "questions.json").read_text())
     assert len(scores["article"]["f1"]) == 3 and len(questions["article"]["ids"]) == 3

@@ -496,3 +496,22 @@ def test_a_nan_loss_stops_fine_tuning_and_keeps_the_last_good_checkpoint(tiny_qa
         run_qa(config)
     assert [path.name for path in list_checkpoints(tmp_path)] == ["step_1", "step_2"]
     assert not (tmp_path / "model").exists()
+
+
+def test_attention_dropout_can_be_set_for_fine_tuning_and_a_bad_value_stops_before_any_work(
+    tiny_qa_folder, tmp_path, monkeypatch
+):
+    config = _trained_run_config(
+        tiny_qa_folder, tmp_path / "run", do_eval=False, max_train_steps=1, attention_probs_dropout_prob=0.25
+    )
+    run_qa(config)
+    saved = json.loads((tmp_path / "run" / "model" / "config.json").read_text())
+    source = json.loads((tiny_qa_folder / "config.json").read_text())
+    assert (source["attention_probs_dropout_prob"], saved["attention_probs_dropout_prob"]) == (0.0, 0.25)
+
+    monkeypatch.setattr(finetuning, "_load_model_and_tokenizer", lambda config: pytest.fail("work started"))
+    for bad in (1.0, -0.1):
+        changed = _trained_run_config(tiny_qa_folder, tmp_path / "bad", attention_probs_dropout_prob=bad)
+        with pytest.raises(ValueError, match=rf"--attention_probs_dropout_prob must be in \[0, 1\), got {bad}"):
+            run_qa(changed)
+    assert not (tmp_path / "bad").exists()

@@ -133,6 +133,7 @@ def _training_text(results: Mapping, results_path: str) -> str:
             f"{recipe['gradient_accumulation_steps']} gradient accumulation)",
         ],
         ["windows", f"N tokens, doc_stride {recipe['doc_stride']}"],
+        ["attention dropout", recipe.get("attention_probs_dropout_prob", "-")],
         ["seed", cell["seed"]],
         ["CPU threads", recipe["threads"]],
         [

