@@ -117,8 +117,9 @@ def _limitations(
         f"Inputs longer than N = {max_seq_length:,} tokens are an error; for longer documents use the QA pipeline "
         "the folder carries (windows of N tokens overlapping by `doc_stride`), or convert with a longer "
         "`--max_seq_length`.",
-        "`output_attentions=True` needs the eager kernel; FlashAttention kernels, `torch.export` and ONNX export "
-        "with dynamic lengths are not supported.",
+        "`output_attentions=True` needs the eager kernel, and there is no FlashAttention kernel. `torch.export` and "
+        "ONNX (`examples/export_onnx.py`) give one program for every length up to N; `torch.jit.trace` gives one "
+        "for the traced length only.",
     ]
     return items
 
