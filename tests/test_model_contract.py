@@ -273,6 +273,20 @@ def test_a_save_that_fails_half_way_leaves_the_folder_as_it_was(tmp_path, monkey
     assert sorted(path.name for path in tmp_path.iterdir()) == ["earlier"]  # no new folder, no staging left
 
 
+def test_saved_files_get_the_modes_the_umask_gives_any_new_file(tmp_path):
+    import os
+    import stat
+
+    umask = os.umask(0o022)
+    try:
+        BlockBertModel(tiny_config()).save_pretrained(tmp_path / "model")
+    finally:
+        os.umask(umask)
+    modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in (tmp_path / "model").iterdir()}
+    assert modes["model.safetensors"] == modes["config.json"] == 0o644
+    assert stat.S_IMODE((tmp_path / "model").stat().st_mode) == 0o755
+
+
 def test_saving_into_a_folder_keeps_other_files_and_replaces_old_weights(tmp_path):
     (tmp_path / "tokenizer.json").write_text("{}")
     (tmp_path / "model-00001-of-00002.safetensors").write_text("an earlier sharded save")

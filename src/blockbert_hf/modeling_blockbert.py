@@ -753,6 +753,10 @@ def _move_saved_files(staging: str, target: str) -> None:
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(staging, 0o777 & ~umask)  # mkdtemp makes it owner-only; the result should look like any folder
+    for name in os.listdir(staging):
+        if name.endswith(".safetensors"):
+            # safetensors >= 0.8 writes its files owner-only whatever the umask (safetensors/safetensors#782).
+            os.chmod(os.path.join(staging, name), 0o666 & ~umask)
     if not os.path.exists(target):
         os.replace(staging, target)
         return
