@@ -223,6 +223,30 @@ def test_a_results_card_quotes_the_comparison_report_for_its_cell(measured):
     assert "This model is the comparison's baseline" in results_card("model", results_file, "tiny").text
 
 
+def test_a_results_card_shows_its_configuration_at_the_other_seeds(measured):
+    _, results_file = measured
+    second_seed = CELL.replace("seed0", "seed1")
+    configuration = {"max_seq_length": 64, "attention": "blockwise", "heads_per_shift": [3, 1]}
+    interval = {"sweep_512": {"f1": _difference(-9.0, -14.0, -4.0, True), "exact_match": _difference(1, 0, 2, True)}}
+    report = {
+        "baseline": "n64_full_seed0",
+        "cells": {
+            "n64_full_seed0": {"cell": {"name": "n64_full_seed0", "seed": 0, "attention": "full"}},
+            CELL: {"cell": {**configuration, "name": CELL, "seed": 0}},
+            second_seed: {"cell": {**configuration, "name": second_seed, "seed": 1}},
+        },
+        "differences_to_baseline": {},
+        "differences_at_the_same_seed": {second_seed: {"sweep_512": {**interval["sweep_512"]}}},
+        "seed_spread": interval,
+    }
+    report["seed_spread"] = {second_seed: report["seed_spread"]}
+    (results_file.parent.parent / "results.json").write_text(json.dumps(report))
+    text = results_card("model", results_file, "tiny").text
+    assert f"The same comparison at seed 1 (`{second_seed}` against its seed's baseline configuration)" in text
+    assert f"Seed spread (`{second_seed}` minus the first seed)" in text
+    assert text.count("| `sweep_512` | **-9.0 [-14.0, -4.0]** |") == 2
+
+
 def test_the_card_check_catches_a_card_that_drifted_from_its_results(measured):
     root, results_file = measured
     path = write_card(results_card("model", results_file, "tiny"), "model_cards", "tiny")

@@ -316,3 +316,22 @@ def test_report_gives_intervals_against_the_baseline_and_the_seed_spread(tmp_pat
     readme = (folder / "README.md").read_text()
     assert "**+40.0 [+40.0, +40.0]**" in readme and "## Seed spread" in readme
     assert report["finished"] == [baseline.name, other.name, second_seed.name]
+
+
+def test_report_repeats_the_comparison_at_each_seed_against_the_baselines_configuration(tmp_path):
+    folder = tmp_path / "results"
+    full_0, blockwise_0, full_1, blockwise_1, long_n = GRID[:5]  # full and n=2 at seeds 0 and 1, then n=2 at N=1024
+    _write_cell(folder, full_0, [0.5] * 8)
+    _write_cell(folder, blockwise_0, [0.5] * 8)
+    _write_cell(folder, full_1, [0.2] * 8)  # a seed that trained worse
+    _write_cell(folder, blockwise_1, [0.3] * 8)  # 10 above full attention at its own seed, 20 below the baseline
+    _write_cell(folder, long_n, [0.5] * 8)  # seed 0: compared with the baseline only
+    articles = [0, 0, 1, 1, 2, 2, 3, 3]
+    (folder / "questions.json").write_text(json.dumps({"sweep_512": {"article": articles, "ids": [], "titles": []}}))
+    report = write_report(ComparisonConfig(results_dir=str(folder), bootstrap_samples=300))
+    assert report["differences_to_baseline"][blockwise_1.name]["sweep_512"]["f1"]["difference"] == pytest.approx(-20)
+    same_seed = report["differences_at_the_same_seed"]
+    assert list(same_seed) == [blockwise_1.name]
+    assert same_seed[blockwise_1.name]["sweep_512"]["f1"]["difference"] == pytest.approx(10)
+    assert report["seed_spread"][full_1.name]["sweep_512"]["f1"]["difference"] == pytest.approx(-30)
+    assert "## Differences to the baseline's configuration at the same seed" in (folder / "README.md").read_text()

@@ -187,34 +187,59 @@ def _interval(value: Mapping) -> str:
 
 
 def _comparison_text(report_path: Path, cell: str) -> str:
-    """This cell's differences to the comparison's baseline and its seed spread, from the comparison's report
-    (`results.json` beside the cells' folders); empty when there is none yet."""
+    """This cell's differences to the comparison's baseline, the same comparison at the other seeds and the seed
+    spread of its configuration, from the comparison's report (`results.json` beside the cells' folders); empty when
+    there is none yet."""
     if not report_path.is_file():
         return ""
     report = json.loads(report_path.read_text(encoding="utf-8"))
     recorded = _recorded_path(report_path)
+    baseline_note = ""
     if cell == report.get("baseline"):
-        return f"This model is the comparison's baseline: the other models' differences to it are in `{recorded}`.\n"
+        baseline_note = (
+            f"This model is the comparison's baseline: the other models' differences to it are in `{recorded}`.\n"
+        )
     tables = [
-        (f"Difference to the baseline `{report.get('baseline')}`", report.get("differences_to_baseline", {})),
-        ("Seed spread (this seed minus the first)", report.get("seed_spread", {})),
+        (f"Difference to the baseline `{report.get('baseline')}`", report.get("differences_to_baseline", {}), cell)
     ]
+    # The same configuration at other seeds: how far the comparison moves when only the fine-tuning seed changes.
+    for other in _same_configuration(report.get("cells", {}), cell):
+        seed = report["cells"][other]["cell"]["seed"]
+        tables += [
+            (
+                f"The same comparison at seed {seed} (`{other}` against its seed's baseline configuration)",
+                report.get("differences_at_the_same_seed", {}),
+                other,
+            ),
+            (f"Seed spread (`{other}` minus the first seed)", report.get("seed_spread", {}), other),
+        ]
     text = ""
-    for title, compared in tables:
-        if cell not in compared:
+    for title, compared, name in tables:
+        if name not in compared:
             continue
         rows = [
-            [f"`{name}`", _interval(entry["f1"]), _interval(entry["exact_match"]), entry["f1"]["articles"]]
-            for name, entry in compared[cell].items()
+            [f"`{test_set}`", _interval(entry["f1"]), _interval(entry["exact_match"]), entry["f1"]["articles"]]
+            for test_set, entry in compared[name].items()
         ]
         text += f"\n{title}:\n\n" + _table(["test set", "F1", "EM", "articles"], rows)
     if not text:
-        return ""
-    return (
+        return baseline_note
+    return baseline_note + (
         f"Differences in points on the same questions with their 95% interval from a paired bootstrap that "
         f"resamples articles, copied from the comparison's report `{recorded}`; bold: the interval excludes zero.\n"
         + text
     )
+
+
+def _same_configuration(cells: Mapping[str, dict], cell: str) -> list[str]:
+    """The cells of the report (this one included) that train `cell`'s configuration, differing at most in the seed."""
+
+    def configuration(name):
+        return {key: value for key, value in cells[name].get("cell", {}).items() if key not in ("name", "seed")}
+
+    if cell not in cells:
+        return []
+    return [name for name in cells if configuration(name) == configuration(cell)]
 
 
 def _commands_text(results: Mapping) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 from ...saving import write_file_atomically, write_json_atomically
 from .grid import GRID, Cell, ComparisonConfig, batch_sizes
 from .layout import read_json
-from .scores import compare_cells, seed_pairs
+from .scores import compare_cells, same_seed_pairs, seed_pairs
 
 
 def load_results(config: ComparisonConfig, grid: Sequence[Cell] = GRID) -> dict[str, dict]:
@@ -187,6 +187,7 @@ def write_report(config: ComparisonConfig, grid: Sequence[Cell] = GRID) -> dict:
     pairs = [(name, baseline) for name in results if name != baseline] if baseline in results else []
     compared = compare_cells(config, results, questions, pairs)
     seeds = compare_cells(config, results, questions, seed_pairs(results))
+    same_seed = compare_cells(config, results, questions, same_seed_pairs(results, baseline))
     finished = [name for name, entry in results.items() if entry["finished"]]
     pending = [cell.name for cell in grid if cell.name not in finished]
     plotted = plot_sweep(results, folder / "f1_vs_context_length.png")
@@ -224,6 +225,13 @@ def write_report(config: ComparisonConfig, grid: Sequence[Cell] = GRID) -> dict:
             f"that resamples articles ({config.bootstrap_samples:,} resamples, seed {config.bootstrap_seed}); bold: "
             "the interval excludes zero.\n\n" + intervals_table(compared, sets)
         )
+    if same_seed:
+        parts.append(
+            "## Differences to the baseline's configuration at the same seed (F1 points, 95% interval)\n\nThe "
+            "comparison above repeated with another fine-tuning seed (which fixes the QA head's initialisation and "
+            "the data order): each cell against the cell that trains the baseline's configuration with its seed.\n\n"
+            + intervals_table(same_seed, sets)
+        )
     if seeds:
         parts.append(
             "## Seed spread (F1 points, second seed minus first, 95% interval)\n\n" + intervals_table(seeds, sets)
@@ -244,6 +252,7 @@ def write_report(config: ComparisonConfig, grid: Sequence[Cell] = GRID) -> dict:
         "pending": pending,
         "cells": {name: {k: v for k, v in entry.items() if k != "scores"} for name, entry in results.items()},
         "differences_to_baseline": compared,
+        "differences_at_the_same_seed": same_seed,
         "seed_spread": seeds,
     }
     write_file_atomically(folder / "README.md", "\n".join(parts))

@@ -115,15 +115,33 @@ def compare_cells(
     return compared
 
 
+def _configuration(results: Mapping[str, dict], name: str) -> str:
+    """What a cell trains, without its name and seed: cells that differ only in the seed share it."""
+    cell = dict(results[name]["cell"])
+    del cell["name"], cell["seed"]
+    return json.dumps(cell, sort_keys=True)
+
+
 def seed_pairs(results: Mapping[str, dict]) -> list[tuple[str, str]]:
     """Pairs of cells that differ only in their seed."""
-
-    def key(name):
-        cell = dict(results[name]["cell"])
-        del cell["name"], cell["seed"]
-        return json.dumps(cell, sort_keys=True)
-
     groups: dict[str, list[str]] = {}
     for name in results:
-        groups.setdefault(key(name), []).append(name)
+        groups.setdefault(_configuration(results, name), []).append(name)
     return [(names[i], names[0]) for names in groups.values() for i in range(1, len(names))]
+
+
+def same_seed_pairs(results: Mapping[str, dict], baseline: str) -> list[tuple[str, str]]:
+    """Each cell with another seed than the baseline's, paired with the baseline's configuration at its seed: the
+    fine-tuning seed fixes the QA head's initialisation and the data order, so this repeats the comparison with the
+    baseline at one more seed instead of mixing the two seeds' difference into it."""
+    if baseline not in results:
+        return []
+    reference = _configuration(results, baseline)
+    by_seed = {results[name]["cell"]["seed"]: name for name in results if _configuration(results, name) == reference}
+    return [
+        (name, by_seed[results[name]["cell"]["seed"]])
+        for name in results
+        if _configuration(results, name) != reference
+        and results[name]["cell"]["seed"] != results[baseline]["cell"]["seed"]
+        and results[name]["cell"]["seed"] in by_seed
+    ]
