@@ -212,6 +212,8 @@ def test_run_end_to_end_then_resume_redoes_only_what_is_missing(tiny_setup, monk
     trained = json.loads((root / "work" / "cells" / TINY_CELL.name / "train" / "model" / "config.json").read_text())
     assert results["recipe"]["attention_probs_dropout_prob"] == trained["attention_probs_dropout_prob"] == 0.0
     assert json.loads((root / "source" / "config.json").read_text())["attention_probs_dropout_prob"] == 0.1
+    # The training loss run_qa logged is copied (none here: fewer steps than its logging interval).
+    assert results["train"]["loss_curve"] == []
     scores = json.loads((root / "results" / TINY_CELL.name / "scores.json").read_text())
     questions = json.loads((root / "results" / "questions.json").read_text())
     assert len(scores["article"]["f1"]) == 3 and len(questions["article"]["ids"]) == 3
@@ -247,6 +249,15 @@ def test_run_end_to_end_then_resume_redoes_only_what_is_missing(tiny_setup, monk
     assert "--do_eval" in calls[1] and any(arg.endswith("sweep_1024.json") for arg in calls[1])
     attempts = json.loads((work / "train_attempts.json").read_text())
     assert [attempt["resumed_from"] for attempt in attempts] == [None, checkpoints[-1].name]
+
+    # A run with nothing left to do rewrites the results, copying the training loss run_qa logged.
+    metrics = [{"step": 50, "epoch": 0, "loss": 5.123456, "lr": 1e-5}, {"step": 100, "epoch": 0, "loss": 4.5, "lr": 0}]
+    (work / "train" / "metrics.jsonl").write_text("".join(json.dumps(record) + "\n" for record in metrics))
+    calls.clear()
+    assert run_comparison(config, grid) == [] and calls == []
+    results = json.loads((root / "results" / TINY_CELL.name / "results.json").read_text())
+    assert results["train"]["loss_curve"] == [{"step": 50, "loss": 5.1235}, {"step": 100, "loss": 4.5}]
+    assert "| `tiny_n2` | 5.12 | 4.50 |" in (root / "results" / "README.md").read_text()
 
     # The command line: --dry_run prints the plan and `report` rewrites the report.
     cli = _load_cli()

@@ -279,7 +279,7 @@ def ratio_of(numerator, denominator):
 
 DEMO = "docs/demo/results.json"
 QA_COMPARISON = "docs/qa_comparison/results.json"
-BLOCKWISE_512, FULL_512 = "n512_n2_10-2_seed0", "n512_full_seed0"
+BLOCKWISE_512, FULL_512, FULL_512_SEED_1 = "n512_n2_10-2_seed0", "n512_full_seed0", "n512_full_seed1"
 
 
 def comparison_f1(cell: str, test_set: str):
@@ -289,6 +289,11 @@ def comparison_f1(cell: str, test_set: str):
 def f1_loss(test_set: str, bound: str):
     """Full attention's F1 lead over BlockBERT n = 2 at N = 512 (the negated difference), or a bound of its interval."""
     return lambda data: -data["differences_to_baseline"][BLOCKWISE_512][test_set]["f1"][bound]
+
+
+def seed_loss(test_set: str):
+    """How much lower full attention at N = 512 scored (F1) with its second fine-tuning seed."""
+    return lambda data: -data["seed_spread"][FULL_512_SEED_1][test_set]["f1"]["difference"]
 
 
 DURATIONS = "docs/test_durations.json"
@@ -383,7 +388,7 @@ FIGURES = [
     Figure("and {} over whole articles, against", QA_COMPARISON, comparison_f1(BLOCKWISE_512, "article"), "{:.1f}"),
     Figure("against {},", QA_COMPARISON, comparison_f1(FULL_512, "paragraph"), "{:.1f}"),
     Figure(", {} and", QA_COMPARISON, comparison_f1(FULL_512, "sweep_4096"), "{:.1f}"),
-    Figure("and {} for full attention, while", QA_COMPARISON, comparison_f1(FULL_512, "article"), "{:.1f}"),
+    Figure("and {} for full attention with", QA_COMPARISON, comparison_f1(FULL_512, "article"), "{:.1f}"),
     Figure(
         "in {}x the time",
         QA_COMPARISON,
@@ -392,9 +397,8 @@ FIGURES = [
     Figure("by {} F1 points over paragraphs", QA_COMPARISON, f1_loss("paragraph", "difference"), "{:.1f}"),
     Figure("over articles {} to", QA_COMPARISON, f1_loss("paragraph", "high"), "{:.1f}"),
     Figure("to {}), where", QA_COMPARISON, f1_loss("paragraph", "low"), "{:.1f}"),
-    Figure("by {} over whole articles", QA_COMPARISON, f1_loss("article", "difference"), "{:.1f}"),
-    Figure("(from {} lower", QA_COMPARISON, f1_loss("article", "low"), "{:.1f}"),
-    Figure("to {} higher)", QA_COMPARISON, lambda data: -f1_loss("article", "high")(data), "{:.1f}"),
+    Figure("scored\n  {} points lower over paragraphs", QA_COMPARISON, seed_loss("paragraph"), "{:.1f}"),
+    Figure("and {} lower over whole articles", QA_COMPARISON, seed_loss("article"), "{:.1f}"),
     # Development: the suites' sizes and wall times, recorded by `make test-durations`.
     Figure("default suite: {} tests", DURATIONS, json_key("test", "tests"), "{}"),
     Figure("in about {} minutes on 2 CPU cores", DURATIONS, lambda d: d["test"]["seconds"] / 60, "{:.0f}"),
@@ -408,7 +412,7 @@ ALLOWED = [
     *("10-round", "(the paper: 0.73x)", "6-layer", "--num_train_epochs 2", "dev-v1.1", "2-core"),
     *("all-MiniLM-L6-v2", "SQuAD v1.1", "F1", "2 cores", "2 CPU cores"),
     "paper 0.73 / 0.64",  # the paper's Table 3
-    *("N = 512 tokens", "95%", "one block of 256", "N = 512 both", "(N = 1024 and 2048)"),
+    *("N = 512 tokens", "95%", "one block of 256", "(N = 1024 and 2048)"),
 ]
 
 

@@ -197,7 +197,7 @@ def _comparison_text(report_path: Path, cell: str) -> str:
     baseline_note = ""
     if cell == report.get("baseline"):
         baseline_note = (
-            f"This model is the comparison's baseline: the other models' differences to it are in `{recorded}`.\n"
+            f"This model is the comparison's baseline: the other models' differences to it are in `{recorded}`.\n\n"
         )
     tables = [
         (f"Difference to the baseline `{report.get('baseline')}`", report.get("differences_to_baseline", {}), cell)

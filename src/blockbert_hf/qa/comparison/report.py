@@ -91,6 +91,21 @@ def cost_table(results: Mapping[str, dict], sets: Sequence[str]) -> str:
     return _table(["cell", "train time", *sets], rows)
 
 
+def loss_table(results: Mapping[str, dict]) -> str:
+    """The training loss each cell's run logged, by optimizer step; empty when no cell has one."""
+    curves = {
+        name: {p["step"]: p["loss"] for p in entry["train"].get("loss_curve", [])} for name, entry in results.items()
+    }
+    steps = sorted({step for curve in curves.values() for step in curve})
+    if not steps:
+        return ""
+    rows = [
+        [f"`{name}`", *(f"{curve[step]:.2f}" if step in curve else "-" for step in steps)]
+        for name, curve in curves.items()
+    ]
+    return _table(["cell", *(f"step {step}" for step in steps)], rows)
+
+
 def plot_sweep(results: Mapping[str, dict], path: Path) -> bool:
     """F1 against the sweep's context length, one line per cell; returns False when no cell has sweep results."""
     import matplotlib
@@ -238,6 +253,11 @@ def write_report(config: ComparisonConfig, grid: Sequence[Cell] = GRID) -> dict:
         )
     if results:
         parts.append("## Cost: eval seconds per question and peak memory, train time\n\n" + cost_table(results, sets))
+        if losses := loss_table(results):
+            parts.append(
+                "## Training loss\n\nThe loss run_qa logged (mean of start and end cross-entropy over each logging "
+                "interval):\n\n" + losses
+            )
         commands = "\n".join(f"# {name}\n" + "\n".join(entry["commands"]) for name, entry in results.items())
         parts.append(
             "## Commands\n\nThe test sets (see [the long-context QA data](../qa_long_context_data.md)), then the "

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from ...saving import sha256_of_file, write_json_atomically
-from ...training import list_checkpoints
+from ...training import list_checkpoints, read_metrics
 from .grid import GRID, Cell, ComparisonConfig, batch_sizes, eval_batch_size, select_cells
 from .layout import (
     MEASUREMENTS_FILE,
@@ -153,6 +153,12 @@ def _set_results(config: ComparisonConfig, cell: Cell, manifest: Mapping, test_s
     return summary, scores
 
 
+def _loss_curve(metrics_file: Path) -> list[dict]:
+    """The training loss run_qa logged (the mean over each logging interval): how far a fine-tuning run got."""
+    records = read_metrics(metrics_file) if metrics_file.is_file() else []
+    return [{"step": record["step"], "loss": round(record["loss"], 4)} for record in records if "loss" in record]
+
+
 def write_cell_results(
     config: ComparisonConfig, cell: Cell, manifest: Mapping, test_sets: Sequence[str], source: Path
 ) -> dict:
@@ -204,6 +210,7 @@ def write_cell_results(
             "attempts": len(attempts),
             "interrupted_attempts": sum(attempt["returncode"] is None for attempt in attempts),
             "peak_rss_mb": max((a["peak_rss_mb"] for a in attempts if a.get("peak_rss_mb")), default=None),
+            "loss_curve": _loss_curve(layout.train / "metrics.jsonl"),
         },
         "sets": sets,
         "finished": is_saved_model(layout.trained_model) and len(done) == len(test_sets),
