@@ -249,6 +249,10 @@ def test_run_end_to_end_then_resume_redoes_only_what_is_missing(tiny_setup, monk
     assert "--do_eval" in calls[1] and any(arg.endswith("sweep_1024.json") for arg in calls[1])
     attempts = json.loads((work / "train_attempts.json").read_text())
     assert [attempt["resumed_from"] for attempt in attempts] == [None, checkpoints[-1].name]
+    results = json.loads((root / "results" / TINY_CELL.name / "results.json").read_text())
+    assert (results["train"]["attempts"], results["train"]["resumed_attempts"]) == (2, 1)
+    # the killed attempt's time is not known: the cost table says the training time leaves it out
+    assert "h + the steps before 1 resume(s) |" in (root / "results" / "README.md").read_text()
 
     # A run with nothing left to do rewrites the results, copying the training loss run_qa logged.
     metrics = [{"step": 50, "epoch": 0, "loss": 5.123456, "lr": 1e-5}, {"step": 100, "epoch": 0, "loss": 4.5, "lr": 0}]

@@ -87,6 +87,9 @@ def cost_table(results: Mapping[str, dict], sets: Sequence[str]) -> str:
             )
         train = entry["train"]
         hours = f"{train['seconds'] / 3600:.2f} h" if train["finished"] else "unfinished"
+        if train["finished"] and train.get("resumed_attempts"):
+            # a killed attempt's time is not known, so a resumed training's time leaves out the steps it resumed from
+            hours = f"{hours} + the steps before {train['resumed_attempts']} resume(s)"
         rows.append([f"`{name}`", hours, *cells])
     return _table(["cell", "train time", *sets], rows)
 

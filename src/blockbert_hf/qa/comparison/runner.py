@@ -209,6 +209,7 @@ def write_cell_results(
             "seconds": round(sum(attempt.get("seconds", 0.0) for attempt in attempts), 1),
             "attempts": len(attempts),
             "interrupted_attempts": sum(attempt["returncode"] is None for attempt in attempts),
+            "resumed_attempts": sum(attempt.get("resumed_from") is not None for attempt in attempts),
             "peak_rss_mb": max((a["peak_rss_mb"] for a in attempts if a.get("peak_rss_mb")), default=None),
             "loss_curve": _loss_curve(layout.train / "metrics.jsonl"),
         },
