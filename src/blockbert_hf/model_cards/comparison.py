@@ -14,6 +14,7 @@ from pathlib import Path
 from huggingface_hub import EvalResult, ModelCard
 
 from ..configuration_blockbert import BlockBertConfig
+from ..qa.comparison.scores import configuration_key
 from .common import (
     CITATION,
     REPOSITORY,
@@ -233,13 +234,10 @@ def _comparison_text(report_path: Path, cell: str) -> str:
 
 def _same_configuration(cells: Mapping[str, dict], cell: str) -> list[str]:
     """The cells of the report (this one included) that train `cell`'s configuration, differing at most in the seed."""
-
-    def configuration(name):
-        return {key: value for key, value in cells[name].get("cell", {}).items() if key not in ("name", "seed")}
-
     if cell not in cells:
         return []
-    return [name for name in cells if configuration(name) == configuration(cell)]
+    key = configuration_key(cells, cell)
+    return [name for name in cells if configuration_key(cells, name) == key]
 
 
 def _commands_text(results: Mapping) -> str:

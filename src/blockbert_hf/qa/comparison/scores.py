@@ -115,7 +115,7 @@ def compare_cells(
     return compared
 
 
-def _configuration(results: Mapping[str, dict], name: str) -> str:
+def configuration_key(results: Mapping[str, dict], name: str) -> str:
     """What a cell trains, without its name and seed: cells that differ only in the seed share it."""
     cell = dict(results[name]["cell"])
     del cell["name"], cell["seed"]
@@ -126,7 +126,7 @@ def seed_pairs(results: Mapping[str, dict]) -> list[tuple[str, str]]:
     """Pairs of cells that differ only in their seed."""
     groups: dict[str, list[str]] = {}
     for name in results:
-        groups.setdefault(_configuration(results, name), []).append(name)
+        groups.setdefault(configuration_key(results, name), []).append(name)
     return [(names[i], names[0]) for names in groups.values() for i in range(1, len(names))]
 
 
@@ -136,12 +136,12 @@ def same_seed_pairs(results: Mapping[str, dict], baseline: str) -> list[tuple[st
     baseline at one more seed instead of mixing the two seeds' difference into it."""
     if baseline not in results:
         return []
-    reference = _configuration(results, baseline)
-    by_seed = {results[name]["cell"]["seed"]: name for name in results if _configuration(results, name) == reference}
+    reference = configuration_key(results, baseline)
+    by_seed = {results[name]["cell"]["seed"]: name for name in results if configuration_key(results, name) == reference}
     return [
         (name, by_seed[results[name]["cell"]["seed"]])
         for name in results
-        if _configuration(results, name) != reference
+        if configuration_key(results, name) != reference
         and results[name]["cell"]["seed"] != results[baseline]["cell"]["seed"]
         and results[name]["cell"]["seed"] in by_seed
     ]
