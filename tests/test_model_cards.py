@@ -471,3 +471,16 @@ def test_the_command_line_writes_a_demo_card(demo, capsys):
     for bad in ([*args, "--results_file", str(demo)], ["--model_dir", "model", "--demo_results", str(demo)]):
         with pytest.raises(SystemExit):
             cli.main(bad)
+
+
+def test_a_results_card_says_which_position_rows_only_fine_tuning_trained(measured):
+    _, results_file = measured
+    results = json.loads(results_file.read_text())
+    results["source_model"]["sequence_length"] = 64  # the model's own N: every position row was trained
+    results_file.write_text(json.dumps(results))
+    assert "position rows" not in results_card("model", results_file, "tiny-blockbert-qa").text
+
+    results["source_model"]["sequence_length"] = 48
+    results_file.write_text(json.dumps(results))
+    text = results_card("model", results_file, "tiny-blockbert-qa").text
+    assert "trained on at most 48 positions: the converter filled position rows 49 to 64 by repeating" in text

@@ -212,6 +212,8 @@ def test_run_end_to_end_then_resume_redoes_only_what_is_missing(tiny_setup, monk
     trained = json.loads((root / "work" / "cells" / TINY_CELL.name / "train" / "model" / "config.json").read_text())
     assert results["recipe"]["attention_probs_dropout_prob"] == trained["attention_probs_dropout_prob"] == 0.0
     assert json.loads((root / "source" / "config.json").read_text())["attention_probs_dropout_prob"] == 0.1
+    # N = 512 reads position rows past the 64 the source was trained on: the results say how many it trained.
+    assert results["source_model"]["sequence_length"] == 64
     # The training loss run_qa logged is copied (none here: fewer steps than its logging interval).
     assert results["train"]["loss_curve"] == []
     scores = json.loads((root / "results" / TINY_CELL.name / "scores.json").read_text())

@@ -249,6 +249,18 @@ def _commands_text(results: Mapping) -> str:
     return "From the repository root, as run:\n\n```bash\n" + "\n".join(lines) + "\n```\n"
 
 
+def _untrained_positions(results: Mapping, config: BlockBertConfig) -> list[str]:
+    """Position rows past the starting weights' sequence length, which only fine-tuning trained."""
+    trained = results.get("source_model", {}).get("sequence_length")
+    if trained is None or config.max_sequence_length <= trained:
+        return []
+    return [
+        f"The starting weights were trained on at most {trained:,} positions: the converter filled position rows "
+        f"{trained + 1:,} to {config.max_sequence_length:,} by repeating the trained rows, and the "
+        f"{results['recipe']['num_train_epochs']:g} epoch of fine-tuning is all the training they had."
+    ]
+
+
 def results_card(
     model_dir: str | os.PathLike,
     results_file: str | os.PathLike,
@@ -277,7 +289,9 @@ def results_card(
         if config.attention_pattern == "blockwise"
         else ATTENTION_ROLES.get(config.attention_pattern, f"`{config.attention_pattern}` attention")
     )
-    limitations = _config_limitations(config) + [
+    limitations = [
+        *_config_limitations(config),
+        *_untrained_positions(results, config),
         f"Small and specialised: {config.num_hidden_layers} layers, fine-tuned for "
         f"{results['recipe']['num_train_epochs']:g} epoch on about half of SQuAD v1.1 dev (English Wikipedia, every "
         "question answerable). It is a research artefact of a comparison of attention patterns, not a production "

@@ -159,6 +159,17 @@ def _loss_curve(metrics_file: Path) -> list[dict]:
     return [{"step": record["step"], "loss": round(record["loss"], 4)} for record in records if "loss" in record]
 
 
+def _source_model(source: Path, conversion: Mapping) -> dict:
+    """The starting weights: their path, sha256 and the sequence length they were trained on (from the conversion
+    report: a cell with a longer N reads position rows the source never trained)."""
+    recorded = {"path": command_path(source)}
+    if (source / "model.safetensors").is_file():
+        recorded["sha256"] = sha256_of_file(source / "model.safetensors")
+    if "source_sequence_length" in conversion:
+        recorded["sequence_length"] = conversion["source_sequence_length"]
+    return recorded
+
+
 def write_cell_results(
     config: ComparisonConfig, cell: Cell, manifest: Mapping, test_sets: Sequence[str], source: Path
 ) -> dict:
@@ -172,6 +183,7 @@ def write_cell_results(
         sets[name], scores[name] = _set_results(config, cell, manifest, name, questions[name])
     attempts = read_json(layout.train_log) or []
     converted = read_json(layout.model / "config.json") or {}
+    conversion = read_json(layout.model / "conversion_report.json") or {}
     per_device, accumulation = batch_sizes(config, cell.max_seq_length)
     # The commands as they ran (the planned ones for steps that have not run yet).
     train_commands = [attempt["command"] for attempt in attempts] or [
@@ -200,9 +212,7 @@ def write_cell_results(
             "max_train_samples": config.max_train_samples,
             "max_eval_samples": config.max_eval_samples,
         },
-        "source_model": {"path": command_path(source), "sha256": sha256_of_file(source / "model.safetensors")}
-        if (source / "model.safetensors").is_file()
-        else {"path": command_path(source)},
+        "source_model": _source_model(source, conversion),
         "train": {
             "finished": is_saved_model(layout.trained_model),
             # wall time of the attempts that ran to their end (a killed attempt's time is not known)
