@@ -379,7 +379,8 @@ FIGURES = [
         "{:,.0f}",
     ),
     Figure("context in {} s", "docs/qa_squad_halves/README.md", text_number(r"\*\*([\d.]+) s\*\*"), "{:.2f}"),
-    # The long-document QA comparison (docs/qa_comparison): BlockBERT n = 2 against full attention at N = 512.
+    # The long-document QA comparison (docs/qa_comparison): BlockBERT n = 2 at N = 512 and 1024 against full attention
+    # at N = 512.
     Figure("N = 512 scored F1 {} over single", QA_COMPARISON, comparison_f1(BLOCKWISE_512, "paragraph"), "{:.1f}"),
     Figure("paragraphs, {} over contexts", QA_COMPARISON, comparison_f1(BLOCKWISE_512, "sweep_4096"), "{:.1f}"),
     Figure(
