@@ -226,12 +226,19 @@ def test_a_results_card_quotes_the_comparison_report_for_its_cell(measured):
 def test_a_results_card_shows_its_configuration_at_the_other_seeds(measured):
     _, results_file = measured
     second_seed = CELL.replace("seed0", "seed1")
-    configuration = {"max_seq_length": 64, "attention": "blockwise", "heads_per_shift": [3, 1]}
+    configuration = {
+        "max_seq_length": 64,
+        "attention_pattern": "blockwise",
+        "heads_per_shift": [3, 1],
+        "train_set": None,
+    }
     interval = {"sweep_512": {"f1": _difference(-9.0, -14.0, -4.0, True), "exact_match": _difference(1, 0, 2, True)}}
     report = {
         "baseline": "n64_full_seed0",
         "cells": {
-            "n64_full_seed0": {"cell": {"name": "n64_full_seed0", "seed": 0, "attention": "full"}},
+            "n64_full_seed0": {
+                "cell": {**configuration, "name": "n64_full_seed0", "seed": 0, "attention_pattern": "full"}
+            },
             CELL: {"cell": {**configuration, "name": CELL, "seed": 0}},
             second_seed: {"cell": {**configuration, "name": second_seed, "seed": 1}},
         },
@@ -244,6 +251,27 @@ def test_a_results_card_shows_its_configuration_at_the_other_seeds(measured):
     assert f"The same comparison at seed 1 (`{second_seed}` against its seed's baseline configuration)" in text
     assert f"Seed spread (`{second_seed}` minus the first seed)" in text
     assert text.count("| `sweep_512` | **-9.0 [-14.0, -4.0]** |") == 2
+
+
+def test_a_results_card_at_a_longer_n_shows_its_difference_to_full_attention_at_that_n(measured):
+    _, results_file = measured
+    blockwise = {"attention_pattern": "blockwise", "heads_per_shift": [3, 1], "seed": 0, "train_set": None}
+    full = {"attention_pattern": "full", "heads_per_shift": None, "seed": 0, "train_set": None}
+    interval = {"sweep_512": {"f1": _difference(0.5, -1.0, 2.0, False), "exact_match": _difference(0, -1, 1, False)}}
+    report = {
+        "baseline": "n32_full_seed0",
+        "cells": {
+            "n32_full_seed0": {"cell": {**full, "name": "n32_full_seed0", "max_seq_length": 32}},
+            "n64_full": {"cell": {**full, "name": "n64_full", "max_seq_length": 64}},
+            CELL: {"cell": {**blockwise, "name": CELL, "max_seq_length": 64}},
+        },
+        "differences_to_baseline": {},
+        "differences_at_the_same_window": {CELL: interval},
+    }
+    (results_file.parent.parent / "results.json").write_text(json.dumps(report))
+    text = results_card("model", results_file, "tiny").text
+    assert "Difference to full attention at the same N (`n64_full`: same windows, seed and training data" in text
+    assert "| `sweep_512` | +0.5 [-1.0, +2.0] | +0.0 [-1.0, +1.0] |" in text
 
 
 def test_the_card_check_catches_a_card_that_drifted_from_its_results(measured):

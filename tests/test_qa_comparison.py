@@ -352,3 +352,22 @@ def test_report_repeats_the_comparison_at_each_seed_against_the_baselines_config
     assert same_seed[blockwise_1.name]["sweep_512"]["f1"]["difference"] == pytest.approx(10)
     assert report["seed_spread"][full_1.name]["sweep_512"]["f1"]["difference"] == pytest.approx(-30)
     assert "## Differences to the baseline's configuration at the same seed" in (folder / "README.md").read_text()
+
+
+def test_report_compares_a_long_n_cell_with_full_attention_at_its_own_n(tmp_path):
+    folder = tmp_path / "results"
+    full_512, blockwise_512 = GRID[0], GRID[1]
+    blockwise_1024, paragraphs_1024 = GRID[4], GRID[5]
+    full_1024 = next(cell for cell in GRID if cell.name == "n1024_full")
+    _write_cell(folder, full_512, [0.5] * 8)
+    _write_cell(folder, blockwise_512, [0.4] * 8)  # its full-attention partner is the baseline: reported once
+    _write_cell(folder, blockwise_1024, [0.3] * 8)
+    _write_cell(folder, paragraphs_1024, [0.3] * 8)  # no full-attention cell trained on paragraphs at N=1024
+    _write_cell(folder, full_1024, [0.1] * 8)
+    articles = [0, 0, 1, 1, 2, 2, 3, 3]
+    (folder / "questions.json").write_text(json.dumps({"sweep_512": {"article": articles, "ids": [], "titles": []}}))
+    report = write_report(ComparisonConfig(results_dir=str(folder), bootstrap_samples=300))
+    same_window = report["differences_at_the_same_window"]
+    assert list(same_window) == [blockwise_1024.name]
+    assert same_window[blockwise_1024.name]["sweep_512"]["f1"]["difference"] == pytest.approx(20)
+    assert "## Differences to full attention at the same N" in (folder / "README.md").read_text()

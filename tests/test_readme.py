@@ -282,7 +282,7 @@ DEMO = "docs/demo/results.json"
 QA_COMPARISON = "docs/qa_comparison/results.json"
 BLOCKWISE_512, FULL_512 = "n512_n2_10-2_seed0", "n512_full_seed0"
 BLOCKWISE_512_SEED_1, FULL_512_SEED_1 = "n512_n2_10-2_seed1", "n512_full_seed1"
-BLOCKWISE_1024 = "n1024_n2_9-3"
+BLOCKWISE_1024, FULL_1024 = "n1024_n2_9-3", "n1024_full"
 
 
 def comparison_f1(cell: str, test_set: str):
@@ -410,6 +410,14 @@ FIGURES = [
     Figure("it scored F1 {} over paragraphs", QA_COMPARISON, comparison_f1(BLOCKWISE_1024, "paragraph"), "{:.1f}"),
     Figure("and {} over whole articles, below", QA_COMPARISON, comparison_f1(BLOCKWISE_1024, "article"), "{:.1f}"),
     Figure(
+        "so did full attention at N = {} (F1",
+        QA_COMPARISON,
+        json_key("cells", FULL_1024, "cell", "max_seq_length"),
+        "{}",
+    ),
+    Figure("N = 1024 (F1 {} and", QA_COMPARISON, comparison_f1(FULL_1024, "paragraph"), "{:.1f}"),
+    Figure(" and {}): at the same N", QA_COMPARISON, comparison_f1(FULL_1024, "article"), "{:.1f}"),
+    Figure(
         "at N = {} (n = 2, 9:3, one seed)",
         QA_COMPARISON,
         json_key("cells", BLOCKWISE_1024, "cell", "max_seq_length"),
@@ -493,6 +501,19 @@ def test_the_qa_comparison_claim_that_blockbert_at_n_1024_lost_on_every_test_set
     assert measured["finished"] and set(measured["sets"]) == set(report["cells"][FULL_512]["sets"])
     for test_set, difference in report["differences_to_baseline"][BLOCKWISE_1024].items():
         assert difference["f1"]["excludes_zero"] and difference["f1"]["high"] < 0, (test_set, difference["f1"])
+
+
+def test_the_qa_comparison_claim_that_blockbert_matched_full_attention_at_n_1024_holds():
+    """The README says every interval between BlockBERT and full attention, both at N = 1024, includes zero."""
+    assert "at the same N, every 95% interval of the difference between the two includes zero" in " ".join(
+        README_TEXT.split()
+    )
+    report = json.loads((REPO_ROOT / QA_COMPARISON).read_text())
+    assert report["cells"][FULL_1024]["finished"]
+    differences = report["differences_at_the_same_window"][BLOCKWISE_1024]
+    assert set(differences) == set(report["cells"][FULL_1024]["sets"])
+    for test_set, difference in differences.items():
+        assert not difference["f1"]["excludes_zero"], (test_set, difference["f1"])
 
 
 def test_the_qa_comparison_claim_that_blockbert_lost_over_paragraphs_at_both_seeds_holds():

@@ -14,7 +14,7 @@ from pathlib import Path
 from huggingface_hub import EvalResult, ModelCard
 
 from ..configuration_blockbert import BlockBertConfig
-from ..qa.comparison.scores import configuration_key
+from ..qa.comparison.scores import configuration_key, equal_window_pairs
 from .common import (
     CITATION,
     REPOSITORY,
@@ -188,9 +188,9 @@ def _interval(value: Mapping) -> str:
 
 
 def _comparison_text(report_path: Path, cell: str) -> str:
-    """This cell's differences to the comparison's baseline, the same comparison at the other seeds and the seed
-    spread of its configuration, from the comparison's report (`results.json` beside the cells' folders); empty when
-    there is none yet."""
+    """This cell's differences to the comparison's baseline and to full attention at its N, the same comparison at
+    the other seeds and the seed spread of its configuration, from the comparison's report (`results.json` beside the
+    cells' folders); empty when there is none yet."""
     if not report_path.is_file():
         return ""
     report = json.loads(report_path.read_text(encoding="utf-8"))
@@ -203,6 +203,17 @@ def _comparison_text(report_path: Path, cell: str) -> str:
     tables = [
         (f"Difference to the baseline `{report.get('baseline')}`", report.get("differences_to_baseline", {}), cell)
     ]
+    # At an N other than the baseline's: the full-attention cell with the same windows, which isolates the blocks.
+    full_at_same_n = dict(equal_window_pairs(report.get("cells", {}))).get(cell)
+    if full_at_same_n:
+        tables.append(
+            (
+                f"Difference to full attention at the same N (`{full_at_same_n}`: same windows, seed and training "
+                "data, no blocks)",
+                report.get("differences_at_the_same_window", {}),
+                cell,
+            )
+        )
     # The same configuration at other seeds: how far the comparison moves when only the fine-tuning seed changes.
     for other in _same_configuration(report.get("cells", {}), cell):
         seed = report["cells"][other]["cell"]["seed"]

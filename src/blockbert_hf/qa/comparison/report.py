@@ -7,7 +7,7 @@ from pathlib import Path
 from ...saving import write_file_atomically, write_json_atomically
 from .grid import GRID, Cell, ComparisonConfig, batch_sizes
 from .layout import read_json
-from .scores import compare_cells, same_seed_pairs, seed_pairs
+from .scores import compare_cells, equal_window_pairs, same_seed_pairs, seed_pairs
 
 
 def load_results(config: ComparisonConfig, grid: Sequence[Cell] = GRID) -> dict[str, dict]:
@@ -205,7 +205,9 @@ def write_report(config: ComparisonConfig, grid: Sequence[Cell] = GRID) -> dict:
     pairs = [(name, baseline) for name in results if name != baseline] if baseline in results else []
     compared = compare_cells(config, results, questions, pairs)
     seeds = compare_cells(config, results, questions, seed_pairs(results))
-    same_seed = compare_cells(config, results, questions, same_seed_pairs(results, baseline))
+    same_seed_cells = same_seed_pairs(results, baseline)
+    same_seed = compare_cells(config, results, questions, same_seed_cells)
+    same_window = compare_cells(config, results, questions, equal_window_pairs(results, pairs + same_seed_cells))
     finished = [name for name, entry in results.items() if entry["finished"]]
     pending = [cell.name for cell in grid if cell.name not in finished]
     plotted = plot_sweep(results, folder / "f1_vs_context_length.png")
@@ -250,6 +252,13 @@ def write_report(config: ComparisonConfig, grid: Sequence[Cell] = GRID) -> dict:
             "the data order): each cell against the cell that trains the baseline's configuration with its seed.\n\n"
             + intervals_table(same_seed, sets)
         )
+    if same_window:
+        parts.append(
+            "## Differences to full attention at the same N (F1 points, 95% interval)\n\nEach cell against the "
+            "full-attention cell with its window length, seed and training set (the same windows and position rows, "
+            "no blocks), where the sections above do not already give that comparison.\n\n"
+            + intervals_table(same_window, sets)
+        )
     if seeds:
         parts.append(
             "## Seed spread (F1 points, second seed minus first, 95% interval)\n\n" + intervals_table(seeds, sets)
@@ -276,6 +285,7 @@ def write_report(config: ComparisonConfig, grid: Sequence[Cell] = GRID) -> dict:
         "cells": {name: {k: v for k, v in entry.items() if k != "scores"} for name, entry in results.items()},
         "differences_to_baseline": compared,
         "differences_at_the_same_seed": same_seed,
+        "differences_at_the_same_window": same_window,
         "seed_spread": seeds,
     }
     write_file_atomically(folder / "README.md", "\n".join(parts))

@@ -145,3 +145,21 @@ def same_seed_pairs(results: Mapping[str, dict], baseline: str) -> list[tuple[st
         and results[name]["cell"]["seed"] != results[baseline]["cell"]["seed"]
         and results[name]["cell"]["seed"] in by_seed
     ]
+
+
+def equal_window_pairs(results: Mapping[str, dict], already: Sequence[tuple[str, str]] = ()) -> list[tuple[str, str]]:
+    """Each cell that is not full attention, paired with the full-attention cell of its N, seed and training set
+    (same windows, same position rows, no blocks): at N above the baseline's this is the comparison that isolates the
+    attention pattern. Pairs in `already` (reported elsewhere) are left out."""
+
+    def window(name: str) -> tuple:
+        cell = results[name]["cell"]
+        return cell["max_seq_length"], cell["seed"], cell["train_set"]
+
+    full = {window(name): name for name in results if results[name]["cell"]["attention_pattern"] == "full"}
+    pairs = [
+        (name, full[window(name)])
+        for name in results
+        if results[name]["cell"]["attention_pattern"] != "full" and window(name) in full
+    ]
+    return [pair for pair in pairs if pair not in set(already)]
