@@ -1,6 +1,8 @@
 import importlib.util
 import json
 import os
+import socket
+import sys
 import time
 
 
@@ -30,6 +32,21 @@ def load_script(path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def two_process_launcher() -> list[str]:
+    """`accelerate launch` starting two gloo processes on the CPU (run it with ACCELERATE_USE_CPU=1), on a free port.
+
+    With accelerate 1.x, `accelerate launch --cpu --num_processes 2` starts ONE process unless MPI is configured;
+    `--multi_gpu` with ACCELERATE_USE_CPU starts two through torchrun. A free port, not the default 29500, so that a
+    process another run left behind cannot hold the rendezvous."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return [
+        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(port),
+    ]  # fmt: skip
 
 
 def tiny_config(**overrides) -> BlockBertConfig:

@@ -6,14 +6,13 @@ import gzip
 import json
 import os
 import runpy
-import socket
 import subprocess
 import sys
 from dataclasses import replace
 
 import pytest
 import torch
-from conftest import REPO_ROOT, SAMPLE_TEXT, tiny_config
+from conftest import REPO_ROOT, SAMPLE_TEXT, tiny_config, two_process_launcher
 from safetensors.torch import load_file
 from transformers import AutoTokenizer, RobertaConfig, RobertaForMaskedLM
 
@@ -324,17 +323,8 @@ def test_bad_run_options_give_clear_errors(tmp_path, tokenizer):
         run_pretraining(_tiny_args(tmp_path / "d", train_files=None))
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def test_two_processes_match_one_process(tmp_path):
-    """Two gloo processes on the CPU with the same global batch give the 1-process losses.
-
-    Launched as `ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes 2`: with accelerate 1.15,
-    `accelerate launch --num_processes 2 --cpu` starts ONE process unless mpirun is configured (checked below)."""
+    """Two gloo processes on the CPU with the same global batch give the 1-process losses."""
     args = dict(
         hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0,
@@ -345,20 +335,7 @@ def test_two_processes_match_one_process(tmp_path):
     run_pretraining(_tiny_args(tmp_path / "one", **args))
     script_args = _script_args(_tiny_args(tmp_path / "two", **args))
     command = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--multi_gpu",
-        "--num_processes",
-        "2",
-        "--num_machines",
-        "1",
-        "--mixed_precision",
-        "no",
-        "--dynamo_backend",
-        "no",
-        "--main_process_port",
-        str(_free_port()),
+        *two_process_launcher(),
         str(REPO_ROOT / "examples" / "run_mlm.py"),
         *script_args,
     ]

@@ -12,7 +12,7 @@ import sys
 import datasets
 import pytest
 import torch
-from conftest import REPO_ROOT, tiny_config
+from conftest import REPO_ROOT, tiny_config, two_process_launcher
 from safetensors.torch import load_file
 from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
@@ -376,10 +376,7 @@ def test_two_processes_give_the_same_predictions_as_one(trained_run):
     result = run_script(
         "--model_name_or_path", output / "model", "--validation_file", SQUAD_V1, "--do_eval",
         "--max_eval_samples", 61, "--output_dir", two, *WINDOW_ARGS,
-        # Accelerate 1.x starts several CPU processes through torchrun (--multi_gpu) when ACCELERATE_USE_CPU is set;
-        # `accelerate launch --cpu --num_processes 2` alone starts one process unless MPI is configured.
-        launcher=(sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-                  "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"),
+        launcher=two_process_launcher(),
         env={"ACCELERATE_USE_CPU": "1"},
     )  # fmt: skip
     assert "2 process(es)" in result.stderr

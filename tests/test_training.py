@@ -5,6 +5,7 @@ weight-decay groups; and `--help` of every example script."""
 import json
 import runpy
 import sys
+import weakref
 from types import SimpleNamespace
 
 import pytest
@@ -24,6 +25,7 @@ from blockbert_hf.training import (
     claim_output_dir,
     create_optimizer,
     create_scheduler,
+    end_run,
     list_checkpoints,
     load_checkpoint,
     read_metrics,
@@ -149,6 +151,20 @@ def test_a_multi_process_launch_that_accelerate_sets_up_as_one_process_is_refuse
 # ---------------------------------------------------------------------------------------------------------------------
 # Metrics log, non-finite guard, optimizer
 # ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_a_run_ends_only_after_its_prepared_model_is_freed(monkeypatch):
+    """With several processes the prepared model is a DDP wrapper holding the process group: destroyed after the
+    group, with the GIL held, it can hang the process at exit. `end_run` frees it, reference cycles too, first."""
+    accelerator = Accelerator(cpu=True)
+    model = accelerator.prepare(torch.nn.Linear(2, 2))
+    model.owners = [model]  # a reference cycle, as hooks and closures make in DDP
+    prepared = weakref.ref(model)
+    del model
+    alive_when_the_group_ends = []
+    monkeypatch.setattr(accelerator, "end_training", lambda: alive_when_the_group_ends.append(prepared() is not None))
+    end_run(accelerator)
+    assert alive_when_the_group_ends == [False]
 
 
 def test_metrics_log_resumes_with_the_lines_its_checkpoint_saw(tmp_path):

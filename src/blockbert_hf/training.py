@@ -12,6 +12,7 @@ The guards run before any work: `check_launch` (a multi-process launch that Acce
 """
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -58,6 +59,19 @@ def check_launch(accelerator, script: str) -> None:
             f"{script} ...` (`accelerate launch --cpu --num_processes {launched}` starts one process unless MPI is set "
             "up)."
         )
+
+
+def end_run(accelerator) -> None:
+    """Ends a run on every process: frees the prepared objects, then ends the trackers and the process group.
+
+    Call it once the caller's own references to the prepared model are gone. The order matters with several
+    processes: a DDP model holds the process group, and a group destroyed with the model's last reference is
+    destroyed with the GIL held, where Gloo's worker thread can wait for the GIL forever and the process never exits.
+    """
+    accelerator.wait_for_everyone()
+    accelerator.free_memory()
+    gc.collect()  # free_memory collects before it drops its own references; a DDP model's cycles need a second pass
+    accelerator.end_training()
 
 
 class OutputDirError(ValueError):

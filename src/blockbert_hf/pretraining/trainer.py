@@ -31,6 +31,7 @@ from ..training import (
     claim_output_dir,
     create_optimizer,
     create_scheduler,
+    end_run,
     load_checkpoint,
     run_arguments,
     save_checkpoint,
@@ -129,6 +130,20 @@ def run_pretraining(args: PretrainingArguments) -> dict:
     )
     claim_output_dir(accelerator, args.output_dir, run_args, PRETRAINING_OUTPUTS, overwrite=args.overwrite_output_dir)
 
+    results = _run(args, accelerator, geometry, total_steps, resume_from)
+    end_run(accelerator)  # after _run returned: no reference to the prepared model is left here
+    return results
+
+
+def _run(
+    args: PretrainingArguments,
+    accelerator: Accelerator,
+    geometry: BatchGeometry,
+    total_steps: int,
+    resume_from: Path | None,
+) -> dict:
+    """The run itself, from the prepared objects to `results.json`: they are all local to it."""
+    run_args = run_arguments(args)
     resumed_run = resume_from.parent.parent if resume_from is not None else None  # RUN/checkpoints/step_K
     run = _set_up(args, accelerator, geometry, total_steps, resumed_run)
     trainer_state = load_checkpoint(accelerator, resume_from) if resume_from is not None else None
@@ -138,9 +153,7 @@ def run_pretraining(args: PretrainingArguments) -> dict:
     tracker_config = {key: value for key, value in run_args.items() if isinstance(value, (int, float, str, bool))}
     accelerator.init_trackers("blockbert_mlm", config=tracker_config)
     _train(run)
-    results = _finish(run)
-    accelerator.end_training()
-    return results
+    return _finish(run)
 
 
 def _trackers(report_to: str) -> list[str] | None:

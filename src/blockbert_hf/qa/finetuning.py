@@ -34,6 +34,7 @@ from ..training import (
     claim_output_dir,
     create_optimizer,
     create_scheduler,
+    end_run,
     load_checkpoint,
     run_arguments,
     save_checkpoint,
@@ -534,6 +535,12 @@ def run_qa(config: QARunConfig) -> dict:
     `eval_predictions.json`, `eval_metrics.json` (and for SQuAD 2.0 `eval_null_odds.json`) to `output_dir`. Returns
     the metrics and a summary of the run (on the main process; empty elsewhere)."""
     accelerator, resume_from = _start(config)
+    results = _run(config, accelerator, resume_from)
+    end_run(accelerator)  # after _run returned: no reference to the prepared model is left here
+    return results
+
+
+def _run(config: QARunConfig, accelerator: Accelerator, resume_from: Path | None) -> dict:
     set_seed(config.seed)
     if not accelerator.is_main_process:
         datasets.utils.logging.set_verbosity_error()
@@ -548,8 +555,7 @@ def run_qa(config: QARunConfig) -> dict:
         model = training.model
         _save_model(accelerator, model, tokenizer, Path(config.output_dir))
     else:
-        model = accelerator.prepare(model)
+        # Inference only: no DistributedDataParallel wrapper, whose reducer would hold the process group to the end.
+        model = accelerator.prepare_model(model, evaluation_mode=True)
     metrics = _evaluate(config, accelerator, model, data, collator, version_2, summary) if config.do_eval else {}
-    accelerator.wait_for_everyone()
-    accelerator.end_training()
     return {**metrics, **summary} if accelerator.is_main_process else {}
