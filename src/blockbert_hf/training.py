@@ -65,8 +65,8 @@ def end_run(accelerator) -> None:
     """Ends a run on every process: frees the prepared objects, then ends the trackers and the process group.
 
     Call it once the caller's own references to the prepared model are gone. The order matters with several
-    processes: a DDP model holds the process group, and a group destroyed with the model's last reference is
-    destroyed with the GIL held, where Gloo's worker thread can wait for the GIL forever and the process never exits.
+    processes: a DDP model holds the process group, and a group torn down with the model's last reference, late and
+    outside `destroy_process_group`, is where two-process gloo runs were seen to hang after their work was done.
     """
     accelerator.wait_for_everyone()
     accelerator.free_memory()
