@@ -130,20 +130,20 @@ def run_pretraining(args: PretrainingArguments) -> dict:
     )
     claim_output_dir(accelerator, args.output_dir, run_args, PRETRAINING_OUTPUTS, overwrite=args.overwrite_output_dir)
 
-    results = _run(args, accelerator, geometry, total_steps, resume_from)
+    results = _run(args, run_args, accelerator, geometry, total_steps, resume_from)
     end_run(accelerator)  # after _run returned: no reference to the prepared model is left here
     return results
 
 
 def _run(
     args: PretrainingArguments,
+    run_args: dict,
     accelerator: Accelerator,
     geometry: BatchGeometry,
     total_steps: int,
     resume_from: Path | None,
 ) -> dict:
     """The run itself, from the prepared objects to `results.json`: they are all local to it."""
-    run_args = run_arguments(args)
     resumed_run = resume_from.parent.parent if resume_from is not None else None  # RUN/checkpoints/step_K
     run = _set_up(args, accelerator, geometry, total_steps, resumed_run)
     trainer_state = load_checkpoint(accelerator, resume_from) if resume_from is not None else None
