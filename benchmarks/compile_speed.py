@@ -23,12 +23,12 @@ from pathlib import Path
 import torch
 
 from blockbert_benchmarks.arguments import parse_grid
+from blockbert_benchmarks.measuring.machine import machine_description
+from blockbert_benchmarks.measuring.timing import interleaved_medians
 from blockbert_benchmarks.models import bert_base_config
 from blockbert_benchmarks.reporting import markdown_table, print_and_write
 from blockbert_benchmarks.workloads import random_token_ids
 from blockbert_hf import BlockBertConfig, BlockBertModel
-from blockbert_hf.measuring.machine import machine_description
-from blockbert_hf.measuring.timing import interleaved_medians
 
 
 EAGER, COMPILED = "eager (sdpa)", "compiled (sdpa)"

@@ -24,9 +24,9 @@ from tqdm.auto import tqdm
 from blockbert_benchmarks.arguments import add_run_arguments, prepare_run
 from blockbert_benchmarks.isolation import run_measurement
 from blockbert_benchmarks.measurements import measure_training_step
+from blockbert_benchmarks.measuring.memory import GIB, fit_line
 from blockbert_benchmarks.models import ModelSize, parse_candidates
 from blockbert_benchmarks.reporting import gib, markdown_table, results_header, run_arguments
-from blockbert_hf.measuring.memory import GIB, fit_line
 from blockbert_hf.saving import write_file_atomically
 
 

@@ -13,8 +13,8 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+from blockbert_benchmarks.measuring.machine import machine_description  # noqa: E402
 from blockbert_hf import BlockBertConfig  # noqa: E402
-from blockbert_hf.measuring.machine import machine_description  # noqa: E402
 from blockbert_hf.saving import write_json_atomically  # noqa: E402
 from blockbert_hf.tokenization import read_text_lines, train_roberta_tokenizer  # noqa: E402
 

@@ -9,8 +9,8 @@
 - `comparison`: one grid point of a many-model comparison (memory pass, then timing pass).
 - `arguments`: the command-line options the scripts share.
 - `reporting`: results headers, markdown tables, targets, plots and the results files.
+- `measuring`: peak memory of a block of code, interleaved same-run timing, the machine line (the demo uses it too).
 
 The scripts run as `python benchmarks/SCRIPT.py`, which puts `benchmarks/` on `sys.path`; the tests find this package
-through pytest's `pythonpath` setting. Peak memory and interleaved timing live in the package
-(`blockbert_hf.measuring`), which the demo uses too.
+through pytest's `pythonpath` setting.
 """

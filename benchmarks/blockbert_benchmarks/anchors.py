@@ -2,7 +2,7 @@
 
 from collections.abc import Callable
 
-from blockbert_hf.measuring.timing import interleaved_medians, ratios_to, synchronized
+from blockbert_benchmarks.measuring.timing import interleaved_medians, ratios_to, synchronized
 
 
 def pick_anchors(keys: list[str]) -> list[str]:

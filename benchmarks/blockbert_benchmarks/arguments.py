@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from blockbert_hf.measuring.memory import GIB, available_memory_bytes
+from blockbert_benchmarks.measuring.memory import GIB, available_memory_bytes
 
 from .models import ModelSize, parse_candidates
 

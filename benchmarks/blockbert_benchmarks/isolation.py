@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import torch
 
-from blockbert_hf.measuring.memory import process_status_bytes
+from blockbert_benchmarks.measuring.memory import process_status_bytes
 
 
 def is_out_of_memory(error: BaseException) -> bool:

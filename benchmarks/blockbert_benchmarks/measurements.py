@@ -6,8 +6,8 @@ import time
 
 import torch
 
-from blockbert_hf.measuring.memory import optimizer_state_bytes, parameter_bytes, track_peak_memory
-from blockbert_hf.measuring.timing import synchronized
+from blockbert_benchmarks.measuring.memory import optimizer_state_bytes, parameter_bytes, track_peak_memory
+from blockbert_benchmarks.measuring.timing import synchronized
 
 from .models import BERT_BASE, CANDIDATES, ModelSize, attention_actually_used, build_benchmark_model
 from .workloads import make_training_step, masked_lm_with_adamw, seeded_inputs

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import torch
 
-from blockbert_hf.measuring.timing import synchronized
+from blockbert_benchmarks.measuring.timing import synchronized
 
 from .models import BERT_BASE, CANDIDATES, ModelSize, build_benchmark_model
 from .workloads import make_training_step, masked_lm_with_adamw, seeded_inputs

@@ -8,9 +8,9 @@ import shlex
 import sys
 from pathlib import Path
 
-from blockbert_hf.measuring.machine import machine_description
-from blockbert_hf.measuring.memory import GIB
-from blockbert_hf.measuring.timing import median_paired_ratio
+from blockbert_benchmarks.measuring.machine import machine_description
+from blockbert_benchmarks.measuring.memory import GIB
+from blockbert_benchmarks.measuring.timing import median_paired_ratio
 from blockbert_hf.saving import write_file_atomically
 
 from .anchors import pick_anchors

@@ -21,12 +21,17 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import torch
-from accelerate.logging import get_logger
-from transformers import get_scheduler
-from transformers.trainer_pt_utils import get_parameter_names
+from .extras import TRAIN_EXTRA, require_extra
 
-from .saving import atomic_directory, remove_stale_staging, write_file_atomically, write_json_atomically
+
+require_extra("blockbert_hf.training", "train", TRAIN_EXTRA)
+
+import torch  # noqa: E402
+from accelerate.logging import get_logger  # noqa: E402
+from transformers import get_scheduler  # noqa: E402
+from transformers.trainer_pt_utils import get_parameter_names  # noqa: E402
+
+from .saving import atomic_directory, remove_stale_staging, write_file_atomically, write_json_atomically  # noqa: E402
 
 
 logger = get_logger(__name__)

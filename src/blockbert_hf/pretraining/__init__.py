@@ -11,19 +11,21 @@
    resume, the metrics log and the guards of `blockbert_hf.training`.
 5. **Evaluation** (`evaluation`): validation loss and perplexity over the masked tokens, during a run and of a saved
    model (`evaluate_saved_model`, `examples/evaluate_mlm.py`).
-6. **The comparison** (`comparison`): full vs blockwise attention at an equal budget
-   (`examples/pretraining_comparison.py`).
 
 A run folder holds `run_args.json`, `checkpoints/step_K`, `metrics.jsonl` (and TensorBoard logs if installed),
 `tokenizer/` (when trained on the fly), and once finished `final_model/` and `results.json`.
 """
 
-from ..training import list_checkpoints
-from .arguments import FINAL_MODEL_DIR, RESULTS_FILE, TOKENIZER_DIR, WIKITEXT_HEADING, PretrainingArguments
-from .comparison import ComparisonArguments, comparison_table
-from .data import VALIDATION_SEED, MaskingCollator, masking_seed, pack_documents, tokenize_and_pack
-from .documents import DOCUMENT_BOUNDARIES, load_training_data, read_documents, split_documents
-from .evaluation import (
+from ..extras import TRAIN_EXTRA, require_extra
+
+
+require_extra("blockbert_hf.pretraining", "train", TRAIN_EXTRA)
+
+from ..training import list_checkpoints  # noqa: E402
+from .arguments import FINAL_MODEL_DIR, RESULTS_FILE, TOKENIZER_DIR, WIKITEXT_HEADING, PretrainingArguments  # noqa: E402
+from .data import VALIDATION_SEED, MaskingCollator, masking_seed, pack_documents, tokenize_and_pack  # noqa: E402
+from .documents import DOCUMENT_BOUNDARIES, load_training_data, read_documents, split_documents  # noqa: E402
+from .evaluation import (  # noqa: E402
     MaskedLMLoss,
     MLMEvaluationArguments,
     UnreliableScoreError,
@@ -31,8 +33,8 @@ from .evaluation import (
     evaluate_saved_model,
     perplexity,
 )
-from .model import BatchGeometry, batch_geometry, build_model, prepare_tokenizer
-from .trainer import run_pretraining
+from .model import BatchGeometry, batch_geometry, build_model, prepare_tokenizer  # noqa: E402
+from .trainer import run_pretraining  # noqa: E402
 
 
 __all__ = [
@@ -43,7 +45,6 @@ __all__ = [
     "VALIDATION_SEED",
     "WIKITEXT_HEADING",
     "BatchGeometry",
-    "ComparisonArguments",
     "MaskedLMLoss",
     "MaskingCollator",
     "MLMEvaluationArguments",
@@ -51,7 +52,6 @@ __all__ = [
     "UnreliableScoreError",
     "batch_geometry",
     "build_model",
-    "comparison_table",
     "evaluate",
     "evaluate_saved_model",
     "list_checkpoints",

@@ -2,7 +2,12 @@
 (`postprocessing`), and the fine-tuning/evaluation loop that `examples/run_qa.py` wires to its command line
 (`finetuning`). `python -m blockbert_hf.qa split-articles SRC OUT_DIR` splits a SQuAD file into two halves."""
 
-from .data import (
+from ..extras import TRAIN_EXTRA, require_extra
+
+
+require_extra("blockbert_hf.qa", "train", TRAIN_EXTRA)
+
+from .data import (  # noqa: E402
     HUB_DATASETS,
     QA_COLUMNS,
     QA_FEATURES,
@@ -15,14 +20,14 @@ from .data import (
     realign_answers,
     split_squad_articles,
 )
-from .features import EVAL_METADATA_COLUMNS, check_question_lengths, prepare_eval_features, prepare_train_features
-from .finetuning import (
+from .features import EVAL_METADATA_COLUMNS, check_question_lengths, prepare_eval_features, prepare_train_features  # noqa: E402
+from .finetuning import (  # noqa: E402
     LEARNING_RATE_GRID,
     QARunConfig,
     resolve_window_lengths,
     run_qa,
 )
-from .postprocessing import (
+from .postprocessing import (  # noqa: E402
     SquadMetric,
     load_squad_metric,
     normalize_answer,

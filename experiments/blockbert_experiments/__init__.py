@@ -1,0 +1,22 @@
+"""The experiments behind the repository's reports (not part of the installed `blockbert_hf` package).
+
+- `demo`: the steps of `make demo` (real MiniLM weights -> BlockBERT at N = 2048 -> QA -> answers over a long article).
+- `minilm`: where the installed all-MiniLM-L6-v2 weights are, and what they are.
+- `long_context`: the long-context QA test sets (contexts filled to T tokens, whole articles).
+- `qa_comparison`: the fine-tuning comparison of attention patterns on long-context QA, and its report.
+- `pretraining_comparison`: full vs blockwise attention in pre-training at an equal budget.
+- `model_cards`: the cards of the models these experiments made, and the recipe cards of the paper's configurations.
+- `visualization`: the attention-mask figures.
+
+The scripts run as `python experiments/SCRIPT.py`, which puts `experiments/` on `sys.path`; the tests find this
+package through pytest's `pythonpath` setting. Peak memory and timing come from the benchmark harness
+(`blockbert_benchmarks.measuring`), whose folder is added to `sys.path` here.
+"""
+
+import sys
+from pathlib import Path
+
+
+_BENCHMARKS = str(Path(__file__).resolve().parents[2] / "benchmarks")
+if _BENCHMARKS not in sys.path:
+    sys.path.append(_BENCHMARKS)

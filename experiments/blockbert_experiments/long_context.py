@@ -1,0 +1,341 @@
+"""Long-context QA sets built from one SQuAD-format file: questions whose context is their answer paragraph filled with
+the neighbouring paragraphs of the same article up to a token budget T, so that context length is what varies.
+
+The file's articles are split into two halves (`split_squad_articles`): the first half gives the training sets
+(`train_<N>`, contexts filled to N tokens), the second the test sets: `paragraph` (the answer paragraph as it is),
+`sweep_<T>` (the same seeded sample of questions, contexts filled to each T) and `article` (a seeded sample, the whole
+article as context). `build_long_context_sets` writes them as SQuAD-format files with a manifest and the token-length
+distribution of every set.
+
+Filling: paragraphs are joined with `SEPARATOR`; their token counts (context alone, no special tokens) decide which fit.
+Each question draws a seeded fraction in [0, 1) that places its answer paragraph: about that share of the room left by
+the answer paragraph goes to the paragraphs before it, then paragraphs after it and, when the article ends, more before
+it are added while the total stays within T. A filled context is therefore at most T tokens and, unless it is the
+whole article, less than one paragraph short of T. The same fraction is used at every T.
+"""
+
+import json
+import logging
+import os
+import random
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from transformers import PreTrainedTokenizerBase
+
+from blockbert_hf.qa.context_filling import (
+    SEPARATOR,
+    Article,
+    Example,
+    answer_fraction,
+    fill_window,
+    make_example,
+    read_articles,
+    token_counts,
+)
+from blockbert_hf.qa.data import split_squad_articles
+from blockbert_hf.saving import (
+    atomic_directory,
+    sha256_of_file,
+    write_file_atomically,
+    write_json_atomically,
+)
+
+
+logger = logging.getLogger(__name__)
+
+SET_FAMILIES = ("train", "paragraph", "sweep", "article")
+
+
+@dataclass
+class LongContextConfig:
+    """What `build_long_context_sets` builds (lengths are context tokens under the given tokenizer)."""
+
+    sets: list[str] = field(
+        default_factory=lambda: list(SET_FAMILIES),
+        metadata={"help": f"Which sets to build, any of {', '.join(SET_FAMILIES)}."},
+    )
+    train_lengths: list[int] = field(
+        default_factory=lambda: [512, 1024, 2048],
+        metadata={"help": "N of each training set `train_<N>` (first half, contexts filled to N tokens)."},
+    )
+    sweep_lengths: list[int] = field(
+        default_factory=lambda: [512, 1024, 2048, 4096, 8192],
+        metadata={"help": "T of each `sweep_<T>` test set (the same questions, contexts filled to T tokens)."},
+    )
+    sweep_questions: int = field(default=200, metadata={"help": "Questions in every sweep set (seeded choice)."})
+    article_questions: int = field(
+        default=300, metadata={"help": "Questions in the `article` set (seeded choice, whole article as context)."}
+    )
+    seed: int = field(default=0, metadata={"help": "Seed of the question samples and of the answer positions."})
+
+    def __post_init__(self):
+        unknown = sorted(set(self.sets) - set(SET_FAMILIES))
+        if unknown or not self.sets:
+            raise ValueError(f"Unknown set name(s) {unknown or self.sets}: choose among {', '.join(SET_FAMILIES)}.")
+        for name in ("train_lengths", "sweep_lengths"):
+            lengths = getattr(self, name)
+            if not lengths or any(length <= 0 for length in lengths):
+                raise ValueError(f"{name} must be one or more positive token counts, got {lengths}.")
+            setattr(self, name, sorted(set(lengths)))
+        for name in ("sweep_questions", "article_questions"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}.")
+
+
+@dataclass
+class LongContextSet:
+    name: str
+    half: str  # "first" (training) or "second" (test)
+    target_tokens: int | None  # T of a filled set; None for `paragraph` and `article`
+    examples: list[Example]
+    unplaced_answers: int = 0  # answers whose text is not at their offset (dropped)
+    left_out: dict[str, list[str]] = field(default_factory=dict)  # reason -> question ids
+
+
+def read_article_halves(source: str | os.PathLike) -> tuple[list[Article], list[Article]]:
+    """The first and second half of the articles of a SQuAD-format file, as `split_squad_articles` splits them."""
+    if not Path(source).is_file():
+        raise FileNotFoundError(
+            f"{source} does not exist or is not a file: pass a SQuAD-format .json(.gz) file, e.g. "
+            "../shared/data/squad/dev-v1.1.json.gz."
+        )
+    with tempfile.TemporaryDirectory() as folder:
+        return tuple(read_articles(path) for path in split_squad_articles(source, folder))
+
+
+@dataclass
+class _Half:
+    articles: list[Article]
+    lengths: list[list[int]]  # token counts of each article's paragraphs
+
+
+def _tokenized_half(articles: list[Article], tokenizer: PreTrainedTokenizerBase) -> _Half:
+    counts = iter(token_counts([paragraph for article in articles for paragraph in article.paragraphs], tokenizer))
+    return _Half(articles, [[next(counts) for _ in article.paragraphs] for article in articles])
+
+
+def _build_set(
+    name: str,
+    half_name: str,
+    half: _Half,
+    *,
+    window: str,
+    target: int | None = None,
+    seed: int = 0,
+    separator_tokens: int = 0,
+    question_ids: set[str] | None = None,
+) -> LongContextSet:
+    """`window`: "paragraph" (the answer paragraph), "filled" (to `target` tokens) or "article" (all of it)."""
+    built = LongContextSet(name, half_name, target, [])
+    too_long, unanswerable = [], []
+    for article, lengths in zip(half.articles, half.lengths):
+        for question in article.questions:
+            if question_ids is not None and question.id not in question_ids:
+                continue
+            if window == "filled" and lengths[question.paragraph] > target:
+                too_long.append(question.id)
+                continue
+            if window == "filled":
+                fraction = answer_fraction(seed, question.id)
+                start, end = fill_window(lengths, question.paragraph, target, fraction, separator_tokens)
+            elif window == "article":
+                start, end = 0, len(article.paragraphs)
+            else:
+                start, end = question.paragraph, question.paragraph + 1
+            example, unplaced = make_example(article, question, start, end)
+            built.unplaced_answers += unplaced
+            if example.answers:
+                built.examples.append(example)
+            else:
+                unanswerable.append(question.id)
+    if too_long:
+        built.left_out["answer_paragraph_longer_than_target"] = too_long
+    if unanswerable:
+        built.left_out["no_placeable_answer"] = unanswerable
+    if not built.examples:
+        shortest = min(lengths[q.paragraph] for a, lengths in zip(half.articles, half.lengths) for q in a.questions)
+        raise ValueError(
+            f"Set {name!r} would have no questions: "
+            + (
+                f"T = {target} is smaller than the answer paragraph of every question (the shortest has {shortest} "
+                f"tokens); use T >= {shortest}."
+                if too_long
+                else "no question has an answer whose text is at its offset in the context."
+            )
+        )
+    return built
+
+
+def _sample_ids(half: _Half, size: int, seed: int, what: str, max_paragraph_tokens: int | None = None) -> set[str]:
+    """A seeded sample of `size` question ids of the half that have a placeable answer (and whose answer paragraph
+    has at most `max_paragraph_tokens`)."""
+    candidates = [
+        question.id
+        for article, lengths in zip(half.articles, half.lengths)
+        for question in article.questions
+        if make_example(article, question, question.paragraph, question.paragraph + 1)[0].answers
+        and (max_paragraph_tokens is None or lengths[question.paragraph] <= max_paragraph_tokens)
+    ]
+    if len(candidates) < size:
+        fits = "" if max_paragraph_tokens is None else f" whose answer paragraph fits in {max_paragraph_tokens} tokens"
+        raise ValueError(
+            f"The {what} set asks for {size} questions but the second half has only {len(candidates)} answerable "
+            f"question(s){fits}: ask for at most {len(candidates)}"
+            + (" or use a larger smallest T." if max_paragraph_tokens is not None else ".")
+        )
+    return set(random.Random(f"{seed}:{what}").sample(candidates, size))
+
+
+def build_sets(
+    first: list[Article], second: list[Article], tokenizer: PreTrainedTokenizerBase, config: LongContextConfig
+) -> list[LongContextSet]:
+    """The sets `config` asks for, from the training (`first`) and test (`second`) halves; nothing is written."""
+    separator_tokens = token_counts([SEPARATOR], tokenizer)[0]
+    train = _tokenized_half(first, tokenizer) if "train" in config.sets else None
+    test = _tokenized_half(second, tokenizer) if set(config.sets) - {"train"} else None
+    sets = []
+    filled = dict(window="filled", seed=config.seed, separator_tokens=separator_tokens)
+    if "train" in config.sets:
+        for length in config.train_lengths:
+            sets.append(_build_set(f"train_{length}", "first", train, target=length, **filled))
+    if "paragraph" in config.sets:
+        sets.append(_build_set("paragraph", "second", test, window="paragraph"))
+    if "sweep" in config.sets:
+        smallest = config.sweep_lengths[0]
+        ids = _sample_ids(test, config.sweep_questions, config.seed, "sweep", max_paragraph_tokens=smallest)
+        for length in config.sweep_lengths:
+            sets.append(_build_set(f"sweep_{length}", "second", test, target=length, question_ids=ids, **filled))
+    if "article" in config.sets:
+        ids = _sample_ids(test, config.article_questions, config.seed, "article")
+        sets.append(_build_set("article", "second", test, window="article", question_ids=ids))
+    return sets
+
+
+def squad_json(built: LongContextSet) -> dict:
+    """The set in SQuAD format; questions that share a context share one paragraph record."""
+    articles: dict[str, dict[str, list]] = {}
+    for example in built.examples:
+        paragraphs = articles.setdefault(example.article.title, {})
+        paragraphs.setdefault(example.context, []).append(
+            {
+                "id": example.question.id,
+                "question": example.question.question,
+                "answers": [{"text": answer.text, "answer_start": answer.start} for answer in example.answers],
+            }
+        )
+    return {
+        "version": "1.1",
+        "data": [
+            {"title": title, "paragraphs": [{"context": context, "qas": qas} for context, qas in paragraphs.items()]}
+            for title, paragraphs in articles.items()
+        ],
+    }
+
+
+def length_stats(sets: list[LongContextSet], tokenizer: PreTrainedTokenizerBase) -> dict[str, dict]:
+    """Per set: questions, articles, and the distribution over its questions of the context's token count."""
+    contexts = sorted({example.context for built in sets for example in built.examples})
+    counts = dict(zip(contexts, token_counts(contexts, tokenizer)))
+    stats = {}
+    for built in sets:
+        lengths = np.array([counts[example.context] for example in built.examples])
+        p10, median, p90 = np.percentile(lengths, [10, 50, 90])
+        stats[built.name] = {
+            "target_tokens": built.target_tokens,
+            "questions": len(built.examples),
+            "articles": len({example.article.title for example in built.examples}),
+            "median": round(float(median), 1),
+            "p10": round(float(p10), 1),
+            "p90": round(float(p90), 1),
+            "max": int(lengths.max()),
+        }
+    return stats
+
+
+def stats_table(stats: dict[str, dict]) -> str:
+    """The stats as a markdown table."""
+    rows = [
+        "| set | T | questions | articles | median | p10 | p90 | max |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, row in stats.items():
+        target = row["target_tokens"] if row["target_tokens"] is not None else "-"
+        rows.append(
+            f"| `{name}` | {target} | {row['questions']:,} | {row['articles']} | {row['median']:,.0f} | "
+            f"{row['p10']:,.0f} | {row['p90']:,.0f} | {row['max']:,} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+@dataclass(frozen=True)
+class LongContextBuild:
+    """What `build_long_context_sets` wrote: the contents of `manifest.json` and `stats.json`."""
+
+    output_dir: Path
+    manifest: dict
+    stats: dict
+
+
+def build_long_context_sets(
+    source: str | os.PathLike,
+    output_dir: str | os.PathLike,
+    tokenizer: PreTrainedTokenizerBase,
+    config: LongContextConfig | None = None,
+    overwrite: bool = False,
+) -> LongContextBuild:
+    """Builds the sets `config` asks for from the SQuAD-format file `source` and writes, atomically, into `output_dir`:
+    one SQuAD-format `<set>.json` per set (readable by `examples/run_qa.py --train_file/--validation_file`),
+    `manifest.json` (sets, sizes, seed, source sha256, questions left out), `stats.json` and `stats.md` (context token
+    lengths under `tokenizer`). Raises before writing anything when an input is bad."""
+    config = config or LongContextConfig()
+    if Path(output_dir).exists() and not overwrite:
+        raise FileExistsError(f"{output_dir} already exists: choose another output folder or pass overwrite=True.")
+    first, second = read_article_halves(source)
+    sets = build_sets(first, second, tokenizer, config)
+    stats = length_stats(sets, tokenizer)
+    files = {built.name: json.dumps(squad_json(built), ensure_ascii=False) + "\n" for built in sets}
+    manifest = {
+        "source": {"file": Path(source).name, "sha256": sha256_of_file(source)},
+        "seed": config.seed,
+        "tokenizer": tokenizer.name_or_path,
+        "separator": SEPARATOR,
+        "config": {
+            "train_lengths": config.train_lengths,
+            "sweep_lengths": config.sweep_lengths,
+            "sweep_questions": config.sweep_questions,
+            "article_questions": config.article_questions,
+        },
+        "halves": {
+            "first": {"use": "training", "articles": [article.title for article in first]},
+            "second": {"use": "test", "articles": [article.title for article in second]},
+        },
+        "sets": {
+            built.name: {
+                "file": f"{built.name}.json",
+                "half": built.half,
+                "target_tokens": built.target_tokens,
+                "questions": len(built.examples),
+                "contexts": len({example.context for example in built.examples}),
+                "bytes": len(files[built.name].encode("utf-8")),
+                "unplaced_answers": built.unplaced_answers,
+                "left_out": built.left_out,
+            }
+            for built in sets
+        },
+    }
+    with atomic_directory(output_dir) as staging:
+        for name, text in files.items():
+            write_file_atomically(staging / f"{name}.json", text)
+        write_json_atomically(staging / "manifest.json", manifest)
+        write_json_atomically(staging / "stats.json", stats)
+        write_file_atomically(staging / "stats.md", stats_table(stats))
+    for built in sets:
+        if built.unplaced_answers:
+            logger.warning(f"{built.name}: {built.unplaced_answers} answer(s) not at their source offset, dropped.")
+        for reason, ids in built.left_out.items():
+            why = reason.replace("_", " ")
+            logger.warning(f"{built.name}: {len(ids)} question(s) left out: {why} (e.g. {ids[:3]}).")
+    return LongContextBuild(Path(output_dir), manifest, stats)

@@ -1,0 +1,126 @@
+"""The pre-training comparison (`experiments/pretraining_comparison.py`): full attention (two seeds) vs BlockBERT n = 2
+[3, 1] and n = 3 [2, 1, 1] at an equal token budget, one `run_mlm.py` run after the other, and its results table."""
+
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from blockbert_hf.training import OutputLayout
+
+
+RUNS = {
+    "full-seed0": ["--attention_pattern", "full", "--seed", "0"],
+    "full-seed1": ["--attention_pattern", "full", "--seed", "1"],
+    "blockwise-n2": [
+        "--attention_pattern", "blockwise", "--num_blocks", "2", "--heads_per_shift", "3:1", "--seed", "0",
+    ],
+    "blockwise-n3": [
+        "--attention_pattern", "blockwise", "--num_blocks", "3", "--heads_per_shift", "2:1:1", "--seed", "0",
+    ],
+}  # fmt: skip
+DEFAULT_LAUNCHER = "accelerate launch --num_processes 1 --num_machines 1 --cpu --mixed_precision no --dynamo_backend no"
+
+
+@dataclass
+class ComparisonArguments:
+    """Options of `experiments/pretraining_comparison.py`."""
+
+    output_dir: str = field(default="outputs/pretraining-comparison", metadata={"help": "tokenizer/, RUN/, table"})
+    train_files: list[str] | None = field(
+        default=None, metadata={"help": "training text (default: four Gutenberg novels and WikiText-2 valid)"}
+    )
+    validation_files: list[str] | None = field(
+        default=None, metadata={"help": "held-out text (default: WikiText-2 test, raw)"}
+    )
+    vocab_size: int = field(default=8192, metadata={"help": "of the byte-level BPE tokenizer all runs share"})
+    max_seq_length: int = 512
+    max_train_tokens: int = field(default=6_291_456, metadata={"help": "the equal budget, B x N tokens"})
+    tokens_per_batch: int = 2048
+    learning_rate: float = 5e-4
+    max_eval_sequences: int = 256
+    eval_steps: int = 512
+    runs: list[str] = field(default_factory=lambda: list(RUNS), metadata={"help": f"some of {', '.join(RUNS)}"})
+    launcher: str = field(default=DEFAULT_LAUNCHER, metadata={"help": "command that starts examples/run_mlm.py"})
+    extra_args: str = field(default="", metadata={"help": "more run_mlm.py options for every run (they win)"})
+    dry_run: bool = field(default=False, metadata={"help": "print the commands only"})
+    overwrite_output_dir: bool = field(default=False, metadata={"help": "start over: delete the earlier outputs"})
+
+    def __post_init__(self):
+        unknown = sorted(set(self.runs) - set(RUNS))
+        if unknown:
+            raise ValueError(f"Unknown runs {unknown}: choose from {list(RUNS)}.")
+
+
+# The comparison folder: its shared tokenizer, the runs' folders (each with run_mlm.py's own guard) and the table.
+# Starting the command again continues the comparison, so a folder with the same arguments is never "finished".
+COMPARISON_OUTPUTS = OutputLayout(
+    finished=(),
+    other=("tokenizer", *RUNS, "comparison.md", "comparison.json"),
+    resume_safe=frozenset({"runs", "launcher", "dry_run", "overwrite_output_dir"}),
+)
+
+
+def run_command(args: ComparisonArguments, label: str, run_mlm: str | Path, resume: bool) -> list[str]:
+    """The command line that starts `run_mlm` (the script's path) for one run of the comparison."""
+    output_dir = Path(args.output_dir)
+    common = {
+        "--document_boundary": "heading",
+        "--tokenizer_name": str(output_dir / "tokenizer"),
+        "--max_seq_length": args.max_seq_length,
+        "--num_hidden_layers": 4,
+        "--hidden_size": 256,
+        "--num_attention_heads": 4,
+        "--intermediate_size": 1024,
+        "--tokens_per_batch": args.tokens_per_batch,
+        "--per_device_train_batch_size": 4,
+        "--per_device_eval_batch_size": 16,
+        "--max_train_tokens": args.max_train_tokens,
+        "--learning_rate": args.learning_rate,
+        "--logging_steps": 16,
+        "--eval_steps": args.eval_steps,
+        "--max_eval_sequences": args.max_eval_sequences,
+        "--checkpointing_steps": 256,
+        "--save_total_limit": 1,
+    }
+    return [
+        *shlex.split(args.launcher),
+        str(run_mlm),
+        "--output_dir", str(output_dir / label),
+        "--train_files", *args.train_files,
+        "--validation_files", *args.validation_files,
+        *[str(item) for option, value in common.items() for item in (option, value)],
+        *RUNS[label],
+        *(["--resume"] if resume else []),
+        *shlex.split(args.extra_args),
+    ]  # fmt: skip
+
+
+def comparison_table(runs: Sequence[tuple[str, dict]]) -> str:
+    """A markdown table of `(label, results.json)` pairs: pattern, blocks, heads, steps, tokens, perplexity, speed."""
+    header = (
+        "| run | attention | n | heads per shift | seed | steps | train tokens (B x N) | val. loss | "
+        "val. perplexity | tokens/s (real) | train time (min) |"
+    )
+    lines = [header, "|" + "|".join(["---"] * 11) + "|"]
+    for label, result in runs:
+        model = result["model"]
+        blockwise = model["attention_pattern"] == "blockwise"
+        blocks, heads = (model["num_blocks"], model["heads_per_shift"]) if blockwise else ("-", "-")
+        lines.append(
+            f"| {label} | {model['attention_pattern']} | {blocks} | {heads} | {result['seed']} | "
+            f"{result['total_steps']} | {result['train_tokens']:,} | {result.get('eval_loss', float('nan')):.4f} | "
+            f"{result.get('eval_perplexity', float('nan')):.2f} | {result['tokens_per_second']:.0f} | "
+            f"{result['train_seconds'] / 60:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def comparison_notes(args: ComparisonArguments) -> str:
+    return (
+        f"Equal budget: {args.max_train_tokens:,} tokens (B x N) per run, {args.tokens_per_batch:,} tokens per batch, "
+        f"N = {args.max_seq_length}; validation: masked-token loss / perplexity on the first "
+        f"{args.max_eval_sequences} packed sequences of {', '.join(Path(f).name for f in args.validation_files)} "
+        "(same masks for every run). tokens/s counts real (non-padding) training tokens. The two full-attention "
+        "seeds show the noise level. Paper (Qiu et al., 2020): n = 2 matches full attention, n = 3 is slightly worse."
+    )

@@ -1,0 +1,44 @@
+"""The fine-tuning comparison on long-context QA: one pretrained encoder converted to BlockBERT in several attention
+configurations (the grid of `GRID`: full attention, the sparse "fixed" pattern and blockwise n = 2, 3, 4 at N = 512,
+1024, 2048), each fine-tuned with one recipe and evaluated on the test sets of `blockbert_experiments.long_context`.
+
+`run_comparison` works through the cells in priority order and can be stopped at any time: a converted model is cached
+and reused, a finished training or evaluation is skipped, an interrupted training resumes from its last checkpoint and
+an interrupted evaluation redoes only the sets without results. Every step runs the repository's own scripts
+(`examples/convert_roberta_to_blockbert.py`, `examples/run_qa.py`) as a fresh process, so the exact commands can be
+recorded and the peak memory of each evaluation is that process's own high-water mark. Large files (models,
+checkpoints, predictions) go to the work folder; small result files go to the results folder:
+`<cell>/results.json` (EM/F1 per set, eval time and memory, train time, commands) and `<cell>/scores.json`
+(per-question EM/F1, aligned with `questions.json`).
+
+`write_report` turns whatever cells have results into the results table, the F1-vs-context-length plot, 95% intervals
+of each cell's difference to the baseline from a paired bootstrap that resamples articles, and the seed spread.
+
+Modules: `grid` (the cells and the recipe), `layout` (where inputs and files are), `plan` (time estimates, the dry-run
+table), `steps` (the scripts' arguments, running one step), `runner` (the resumable run, results files), `scores`
+(per-question scores, the paired article bootstrap), `report` (tables, plot, README).
+"""
+
+from .grid import BASELINE, GRID, PARAGRAPHS, Cell, ComparisonConfig, batch_sizes, select_cells
+from .plan import CellPlan, format_plan, plan_comparison
+from .report import write_report
+from .runner import run_comparison
+from .scores import paired_article_bootstrap, question_scores
+
+
+__all__ = [
+    "BASELINE",
+    "GRID",
+    "PARAGRAPHS",
+    "Cell",
+    "CellPlan",
+    "ComparisonConfig",
+    "batch_sizes",
+    "format_plan",
+    "paired_article_bootstrap",
+    "plan_comparison",
+    "question_scores",
+    "run_comparison",
+    "select_cells",
+    "write_report",
+]

@@ -1,0 +1,151 @@
+"""The grid of the QA comparison and its one recipe: `Cell` (a model configuration, a fine-tuning seed and a training
+set), `GRID` in priority order, `ComparisonConfig` (folders, the recipe, the report's settings) and the batch sizes
+the recipe gives at each N."""
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+
+BASELINE = "n512_full_seed0"
+PARAGRAPHS = "paragraphs"  # training set of the ablation: the first half's questions with their paragraph as context
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One configuration of the grid: the model (pattern, N, n, heads per shift), the fine-tuning seed and the training
+    set (`train_<N>` unless `train_set` says otherwise; `"paragraphs"`: the first half as it is)."""
+
+    name: str
+    max_seq_length: int
+    attention_pattern: str = "blockwise"
+    num_blocks: int = 1
+    heads_per_shift: str | None = None
+    seed: int = 0
+    train_set: str | None = None
+
+    @property
+    def training_set(self) -> str:
+        return self.train_set or f"train_{self.max_seq_length}"
+
+    @property
+    def model_name(self) -> str:
+        """The converted model's folder name: cells that differ only in seed or training set share it."""
+        name = f"{self.attention_pattern}-N{self.max_seq_length}"
+        if self.attention_pattern == "blockwise":
+            name += f"-n{self.num_blocks}-{(self.heads_per_shift or 'default').replace(':', '_')}"
+        return name
+
+    @property
+    def label(self) -> str:
+        """A short description for tables and the plot."""
+        if self.attention_pattern == "blockwise":
+            model = f"BlockBERT n={self.num_blocks} {self.heads_per_shift or ''}".rstrip()
+        else:
+            model = {"full": "full attention", "sparse_fixed": "sparse fixed"}.get(
+                self.attention_pattern, self.attention_pattern
+            )
+        trained = ", trained on paragraphs" if self.train_set == PARAGRAPHS else ""
+        return f"N={self.max_seq_length} {model}, seed {self.seed}{trained}"
+
+
+def _blockwise(name, length, num_blocks, heads, seed=0, train_set=None) -> Cell:
+    return Cell(name, length, "blockwise", num_blocks, heads, seed, train_set)
+
+
+# The grid in priority order: what must never be dropped first (both seeds of the N=512 full and n=2 rows), then the
+# long-N BlockBERT cells, and last what goes first when time runs short (full at N=1024, sparse_fixed, n=3).
+# N=2048 uses n=4 (blocks of 512): every block then holds the 512 position rows the encoder was trained with, in
+# order, whereas n=2 blocks of 1024 would hold each position row twice (rows beyond 512 repeat the trained ones).
+GRID: tuple[Cell, ...] = (
+    Cell("n512_full_seed0", 512, "full"),
+    _blockwise("n512_n2_10-2_seed0", 512, 2, "10:2"),
+    Cell("n512_full_seed1", 512, "full", seed=1),
+    _blockwise("n512_n2_10-2_seed1", 512, 2, "10:2", seed=1),
+    _blockwise("n1024_n2_9-3", 1024, 2, "9:3"),
+    _blockwise("n1024_n2_9-3_paragraphs", 1024, 2, "9:3", train_set=PARAGRAPHS),
+    _blockwise("n2048_n4_6-2-2-2", 2048, 4, "6:2:2:2"),
+    Cell("n1024_full", 1024, "full"),
+    Cell("n512_sparse_fixed", 512, "sparse_fixed"),
+    _blockwise("n512_n3_8-2-2", 512, 3, "8:2:2"),
+)
+
+
+@dataclass
+class ComparisonConfig:
+    """What `run_comparison`, `plan_comparison` and `write_report` need; `experiments/qa_comparison.py` parses it."""
+
+    data_dir: str = field(
+        default="../runs/long_qa_data", metadata={"help": "the sets of experiments/build_long_context_qa.py"}
+    )
+    squad_file: str = field(
+        default="../shared/data/squad/dev-v1.1.json.gz",
+        metadata={"help": "the SQuAD file the sets were built from (its first half is the paragraphs training set)"},
+    )
+    source_model: str | None = field(
+        default=None, metadata={"help": "the pretrained BERT/RoBERTa folder (default: the installed all-MiniLM-L6-v2)"}
+    )
+    work_dir: str = field(
+        default="../runs/qa_comparison", metadata={"help": "converted models, checkpoints, predictions (large)"}
+    )
+    results_dir: str = field(
+        default="docs/qa_comparison", metadata={"help": "small result files, the report and the plot"}
+    )
+    cells: list[str] = field(
+        default_factory=list,
+        metadata={"help": f"run only these cells (default all): {', '.join(c.name for c in GRID)}"},
+    )
+    test_sets: list[str] = field(
+        default_factory=list, metadata={"help": "evaluate only these sets (default: every test set of data_dir)"}
+    )
+    dry_run: bool = field(default=False, metadata={"help": "print the plan with time estimates and stop"})
+    threads: int = field(default=2, metadata={"help": "CPU threads of each step (OMP_NUM_THREADS)"})
+    # ---- the recipe, the same for every cell
+    learning_rate: float = 5e-5
+    num_train_epochs: float = 1.0
+    effective_batch_size: int = field(default=32, metadata={"help": "windows per optimizer step"})
+    warmup_ratio: float = 0.1
+    attention_probs_dropout_prob: float = field(
+        default=0.0,
+        metadata={"help": "attention dropout while fine-tuning: 0 keeps PyTorch's fused SDPA kernel (faster on CPU)"},
+    )
+    doc_stride: int = 128
+    train_tokens_per_batch: int = field(
+        default=4096,
+        metadata={"help": "per-device batch = this // N windows (gradient accumulation makes up the rest)"},
+    )
+    eval_tokens_per_batch: int = field(default=16384, metadata={"help": "evaluation batch = this // N windows"})
+    checkpoint_minutes: float = field(default=5.0, metadata={"help": "about this much training between checkpoints"})
+    mixed_precision: str = "no"
+    max_train_samples: int | None = field(default=None, metadata={"help": "only the first K training questions"})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "only the first K questions of each set"})
+    # ---- the report
+    baseline: str = field(default=BASELINE, metadata={"help": "the cell every other cell is compared with"})
+    bootstrap_samples: int = 10_000
+    bootstrap_seed: int = 0
+    in_process: bool = field(
+        default=False, metadata={"help": "run the steps in this process (tests; memory is then not per step)"}
+    )
+
+
+def select_cells(names: Sequence[str], grid: Sequence[Cell] = GRID) -> list[Cell]:
+    """The cells called `names` (all when empty), in the grid's priority order."""
+    known = {cell.name for cell in grid}
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise ValueError(f"Unknown cell(s) {unknown}: choose among {', '.join(cell.name for cell in grid)}.")
+    return [cell for cell in grid if not names or cell.name in names]
+
+
+def batch_sizes(config: ComparisonConfig, max_seq_length: int) -> tuple[int, int]:
+    """Per-device training batch (the largest divisor of the effective batch within `train_tokens_per_batch`) and
+    gradient accumulation steps."""
+    fits = max(1, config.train_tokens_per_batch // max_seq_length)
+    per_device = max(
+        d for d in range(1, config.effective_batch_size + 1) if config.effective_batch_size % d == 0 and d <= fits
+    )
+    return per_device, config.effective_batch_size // per_device
+
+
+def eval_batch_size(config: ComparisonConfig, max_seq_length: int) -> int:
+    """Windows per evaluation batch: `eval_tokens_per_batch` tokens at N."""
+    return max(1, config.eval_tokens_per_batch // max_seq_length)

@@ -1,0 +1,126 @@
+"""Where the comparison's inputs and files are: the data sets' manifest, the training file of a cell, the pretrained
+source model, and `CellLayout`, a cell's folders in the work folder (models, checkpoints, predictions) and in the
+results folder."""
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from blockbert_hf.qa.data import split_squad_articles
+from blockbert_hf.saving import sha256_of_file
+
+from ..minilm import installed_minilm
+from .grid import PARAGRAPHS, Cell, ComparisonConfig
+
+
+MEASUREMENTS_FILE = "measurements.json"  # written by the driver once an evaluation has finished: its completion mark
+
+
+@dataclass
+class CellLayout:
+    """Where a cell's files go."""
+
+    config: ComparisonConfig
+    cell: Cell
+
+    @property
+    def model(self) -> Path:
+        return Path(self.config.work_dir) / "models" / self.cell.model_name
+
+    @property
+    def train(self) -> Path:
+        return Path(self.config.work_dir) / "cells" / self.cell.name / "train"
+
+    @property
+    def trained_model(self) -> Path:
+        return self.train / "model"
+
+    @property
+    def train_log(self) -> Path:
+        return Path(self.config.work_dir) / "cells" / self.cell.name / "train_attempts.json"
+
+    def eval(self, test_set: str) -> Path:
+        return Path(self.config.work_dir) / "cells" / self.cell.name / "eval" / test_set
+
+    @property
+    def results(self) -> Path:
+        return Path(self.config.results_dir) / self.cell.name
+
+
+def read_manifest(config: ComparisonConfig) -> dict:
+    """The `manifest.json` of `config.data_dir`, which lists the sets (file, half, questions, target tokens)."""
+    path = Path(config.data_dir) / "manifest.json"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} does not exist: build the sets first (docs/qa_long_context_data.md), e.g. `python "
+            "experiments/build_long_context_qa.py --squad_file ../shared/data/squad/dev-v1.1.json.gz "
+            "--tokenizer $MINILM "
+            f"--output_dir {config.data_dir}`, or pass --data_dir."
+        )
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def test_set_names(config: ComparisonConfig, manifest: Mapping) -> list[str]:
+    """The sets to evaluate on: the second half's sets of the manifest (or `config.test_sets`), in manifest order."""
+    available = [name for name, entry in manifest["sets"].items() if entry["half"] == "second"]
+    unknown = [name for name in config.test_sets if name not in available]
+    if unknown:
+        raise ValueError(f"Unknown test set(s) {unknown}: {config.data_dir} has {', '.join(available)}.")
+    return [name for name in available if not config.test_sets or name in config.test_sets]
+
+
+def training_file(config: ComparisonConfig, cell: Cell, manifest: Mapping, create: bool = False) -> Path:
+    """The SQuAD file a cell trains on; the paragraphs set is the first half of `squad_file`, split on first use."""
+    if cell.training_set == PARAGRAPHS:
+        stem = Path(config.squad_file).name.removesuffix(".gz").removesuffix(".json")
+        path = Path(config.work_dir) / "data" / f"{stem}.first-half.json"
+        if create and not path.is_file():
+            _check_squad_source(config, manifest)
+            split_squad_articles(config.squad_file, path.parent)
+        return path
+    if cell.training_set not in manifest["sets"]:
+        raise ValueError(
+            f"Cell {cell.name} trains on {cell.training_set}, which {config.data_dir} does not have: build it with "
+            f"--train_lengths {cell.max_seq_length}."
+        )
+    return Path(config.data_dir) / manifest["sets"][cell.training_set]["file"]
+
+
+def _check_squad_source(config: ComparisonConfig, manifest: Mapping) -> None:
+    """The paragraphs set must come from the file the other sets were built from (same article halves)."""
+    path = Path(config.squad_file)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist: pass --squad_file, the SQuAD file the sets were built from.")
+    expected = manifest["source"]["sha256"]
+    if sha256_of_file(path) != expected:
+        raise ValueError(f"{path} is not the file {config.data_dir} was built from (sha256 {expected[:12]}...).")
+
+
+def resolve_source_model(config: ComparisonConfig) -> Path:
+    """`config.source_model`, or the model folder of the installed all-MiniLM-L6-v2 package (checked by sha256)."""
+    if config.source_model:
+        path = Path(config.source_model)
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"--source_model {path} is not a model folder (no config.json).")
+        return path
+    return installed_minilm()
+
+
+def command_path(path: Path) -> str:
+    """A path as it is written in the commands: relative to the current folder where possible."""
+    try:
+        return os.path.relpath(path)
+    except ValueError:
+        return str(path)
+
+
+def is_saved_model(folder: Path) -> bool:
+    """Whether a model was saved there: `config.json` is written last by the atomic save."""
+    return (folder / "config.json").is_file()
+
+
+def read_json(path: Path):
+    """The JSON document in `path`, or None where the file does not exist (yet)."""
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None

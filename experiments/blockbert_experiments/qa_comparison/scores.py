@@ -1,0 +1,166 @@
+"""Per-question SQuAD scores and the statistics of the report: the paired bootstrap that resamples articles, and the
+differences between cells (to the baseline, between seeds) with their intervals."""
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from blockbert_hf.qa.data import load_qa_dataset
+from blockbert_hf.qa.postprocessing import normalize_answer, token_f1
+
+from .grid import ComparisonConfig
+
+
+def question_scores(
+    predictions: Mapping[str, str], references: Sequence[tuple[str, Sequence[str]]]
+) -> tuple[list[int], list[float]]:
+    """SQuAD v1.1 exact match (0/1) and F1 (0..1) of each question `(id, gold answer texts)`: the best over its gold
+    answers, as the official script scores them; their means (x100) are the metric's EM and F1."""
+    exact, f1 = [], []
+    for question_id, golds in references:
+        prediction = normalize_answer(predictions[question_id])
+        normalized = [normalize_answer(gold) for gold in golds]
+        exact.append(max(int(prediction == gold) for gold in normalized))
+        f1.append(max(token_f1(prediction.split(), gold.split()) for gold in normalized))
+    return exact, f1
+
+
+def ids_digest(ids: Sequence[str]) -> str:
+    """Identifies the scored questions: two cells' scores pair up only where their digests match."""
+    return hashlib.sha256("\n".join(ids).encode("utf-8")).hexdigest()
+
+
+def set_questions(path: Path) -> dict:
+    """The questions of a SQuAD-format set in file order: ids, gold answers and the index of each one's article."""
+    dataset = load_qa_dataset(str(path))
+    titles = list(dict.fromkeys(dataset["title"]))
+    index = {title: position for position, title in enumerate(titles)}
+    return {
+        "ids": list(dataset["id"]),
+        "answers": [answers["text"] for answers in dataset["answers"]],
+        "titles": titles,
+        "article": [index[title] for title in dataset["title"]],
+    }
+
+
+def paired_article_bootstrap(
+    scores: Sequence[float],
+    baseline: Sequence[float],
+    articles: Sequence[int],
+    *,
+    samples: int = 10_000,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> dict:
+    """The mean of `scores - baseline` over the questions (paired: the same questions, in the same order) and its
+    `confidence` interval from a bootstrap that resamples whole articles with replacement: questions of one article
+    are not independent, so resampling them one by one would give intervals that are too narrow."""
+    differences = np.asarray(scores, dtype=float) - np.asarray(baseline, dtype=float)
+    groups = np.asarray(articles)
+    if differences.shape != groups.shape or differences.size == 0:
+        raise ValueError(
+            f"Need one article per question and at least one question: got {differences.size} paired scores and "
+            f"{groups.size} article indices."
+        )
+    _, group = np.unique(groups, return_inverse=True)
+    sums = np.bincount(group, weights=differences)
+    counts = np.bincount(group).astype(float)
+    rng = np.random.default_rng(seed)
+    drawn = rng.integers(0, len(sums), size=(samples, len(sums)))
+    means = sums[drawn].sum(axis=1) / counts[drawn].sum(axis=1)
+    tail = 100 * (1 - confidence) / 2
+    low, high = np.percentile(means, [tail, 100 - tail])
+    return {
+        "difference": float(differences.mean()),
+        "low": float(low),
+        "high": float(high),
+        "articles": len(sums),
+        "questions": int(differences.size),
+    }
+
+
+def _comparable(results: Mapping, other: str, baseline: str, test_set: str) -> bool:
+    """Whether both cells scored the set on the same questions."""
+    a, b = results[other]["scores"].get(test_set), results[baseline]["scores"].get(test_set)
+    return a is not None and b is not None and a["ids_sha256"] == b["ids_sha256"]
+
+
+def compare_cells(
+    config: ComparisonConfig, results: Mapping[str, dict], questions: Mapping[str, dict], pairs: Sequence[tuple]
+) -> dict:
+    """For each `(cell, reference)` pair and each set both have scored on the same questions: the EM and F1
+    difference (points) with its paired article-bootstrap interval."""
+    compared: dict = {}
+    for name, reference in pairs:
+        for test_set in results[name]["scores"]:
+            if not _comparable(results, name, reference, test_set):
+                continue
+            mine, theirs = results[name]["scores"][test_set], results[reference]["scores"][test_set]
+            articles = questions[test_set]["article"][: len(mine["f1"])]
+            entry = {}
+            for metric, key in (("exact_match", "em"), ("f1", "f1")):
+                interval = paired_article_bootstrap(
+                    100 * np.asarray(mine[key], dtype=float),
+                    100 * np.asarray(theirs[key], dtype=float),
+                    articles,
+                    samples=config.bootstrap_samples,
+                    seed=config.bootstrap_seed,
+                )
+                # one article gives a zero-width interval that says nothing: never call it a difference
+                interval["excludes_zero"] = interval["articles"] > 1 and (interval["low"] > 0 or interval["high"] < 0)
+                entry[metric] = interval
+            compared.setdefault(name, {})[test_set] = entry
+    return compared
+
+
+def configuration_key(results: Mapping[str, dict], name: str) -> str:
+    """What a cell trains, without its name and seed: cells that differ only in the seed share it."""
+    cell = dict(results[name]["cell"])
+    del cell["name"], cell["seed"]
+    return json.dumps(cell, sort_keys=True)
+
+
+def seed_pairs(results: Mapping[str, dict]) -> list[tuple[str, str]]:
+    """Pairs of cells that differ only in their seed."""
+    groups: dict[str, list[str]] = {}
+    for name in results:
+        groups.setdefault(configuration_key(results, name), []).append(name)
+    return [(names[i], names[0]) for names in groups.values() for i in range(1, len(names))]
+
+
+def same_seed_pairs(results: Mapping[str, dict], baseline: str) -> list[tuple[str, str]]:
+    """Each cell with another seed than the baseline's, paired with the baseline's configuration at its seed: the
+    fine-tuning seed fixes the QA head's initialisation and the data order, so this repeats the comparison with the
+    baseline at one more seed instead of mixing the two seeds' difference into it."""
+    if baseline not in results:
+        return []
+    reference = configuration_key(results, baseline)
+    by_seed = {results[name]["cell"]["seed"]: name for name in results if configuration_key(results, name) == reference}
+    return [
+        (name, by_seed[results[name]["cell"]["seed"]])
+        for name in results
+        if configuration_key(results, name) != reference
+        and results[name]["cell"]["seed"] != results[baseline]["cell"]["seed"]
+        and results[name]["cell"]["seed"] in by_seed
+    ]
+
+
+def equal_window_pairs(results: Mapping[str, dict], already: Sequence[tuple[str, str]] = ()) -> list[tuple[str, str]]:
+    """Each cell that is not full attention, paired with the full-attention cell of its N, seed and training set
+    (same windows, same position rows, no blocks): at N above the baseline's this is the comparison that isolates the
+    attention pattern. Pairs in `already` (reported elsewhere) are left out."""
+
+    def window(name: str) -> tuple:
+        cell = results[name]["cell"]
+        return cell["max_seq_length"], cell["seed"], cell["train_set"]
+
+    full = {window(name): name for name in results if results[name]["cell"]["attention_pattern"] == "full"}
+    pairs = [
+        (name, full[window(name)])
+        for name in results
+        if results[name]["cell"]["attention_pattern"] != "full" and window(name) in full
+    ]
+    return [pair for pair in pairs if pair not in set(already)]

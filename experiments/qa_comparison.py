@@ -1,0 +1,75 @@
+"""The long-context QA fine-tuning comparison: one pretrained encoder (all-MiniLM-L6-v2) converted to full, sparse
+fixed and blockwise attention at N = 512, 1024 and 2048, fine-tuned with one recipe and evaluated on the long-context
+test sets (see docs/qa_comparison/README.md).
+
+    python experiments/qa_comparison.py run --dry_run     # the plan: what each cell still needs, time estimates
+    python experiments/qa_comparison.py run               # every cell, in priority order (resumes where it stopped)
+    python experiments/qa_comparison.py run --cells n512_full_seed0 n512_n2_10-2_seed0
+    python experiments/qa_comparison.py report            # table, plot, intervals from the cells finished so far
+
+`run` can be interrupted at any time and started again: converted models are cached, finished trainings and
+evaluations are skipped, an interrupted training resumes from its last checkpoint (about every 5 minutes) and an
+interrupted evaluation redoes only its missing sets. Large files go to --work_dir (default ../runs/qa_comparison),
+results and the report to --results_dir (default docs/qa_comparison). Needs the sets of
+experiments/build_long_context_qa.py in --data_dir (default ../runs/long_qa_data).
+"""
+
+import argparse
+import logging
+import sys
+
+from transformers import HfArgumentParser
+
+from blockbert_experiments.qa_comparison import (
+    ComparisonConfig,
+    format_plan,
+    plan_comparison,
+    run_comparison,
+    write_report,
+)
+from blockbert_hf.training import HelpFormatter
+
+
+COMMANDS = ("run", "report")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """`qa_comparison.py {run,report} [options]`: both commands take the options of `ComparisonConfig`."""
+    parser = argparse.ArgumentParser(prog="qa_comparison.py", description=__doc__, formatter_class=HelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=HfArgumentParser)
+    for command in COMMANDS:
+        commands.add_parser(
+            command,
+            dataclass_types=ComparisonConfig,
+            prog=f"qa_comparison.py {command}",
+            description=__doc__,
+            formatter_class=HelpFormatter,
+        )
+    return parser
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] not in COMMANDS:
+        print(f"usage: qa_comparison.py {{{','.join(COMMANDS)}}} [options] (--help for the options)\n\n{__doc__}")
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    options = vars(build_parser().parse_args(argv))
+    command = options.pop("command")
+    config = ComparisonConfig(**options)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    if command == "report":
+        report = write_report(config)
+        print(f"Report of {len(report['cells'])} cell(s) written to {config.results_dir}/README.md")
+        return 0
+    if config.dry_run:
+        print(format_plan(config, plan_comparison(config)))
+        return 0
+    failed = run_comparison(config)
+    if failed:
+        print(f"Failed cells (see the log above): {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""The steps of `make demo` (`blockbert_experiments.demo`) on a tiny model and the bundled SQuAD sample: the data split,
+the held-out evaluation through the saved folder's pipeline, the cost comparison on the same weights, and the report.
+CI runs the demo itself with the real weights (`make demo`)."""
+
+import copy
+import json
+
+import pytest
+from conftest import REPO_ROOT, tiny_config
+
+from blockbert_experiments.demo import (
+    attention_variants,
+    evaluate_held_out,
+    format_report,
+    measure_attention_cost,
+    read_held_out_article,
+    write_training_file,
+)
+from blockbert_hf import BlockBertForQuestionAnswering
+from blockbert_hf.tokenization import match_tokenizer_to_config
+
+
+SQUAD_SAMPLE = REPO_ROOT / "data" / "samples" / "squad_v1.1_dev_sample.json"
+HELD_OUT = "Sky_(United_Kingdom)"
+
+
+@pytest.fixture(scope="module")
+def qa_folder(tmp_path_factory, tokenizer):
+    """A saved tiny BlockBERT QA model (N = 512, n = 4 blocks of 128, heads 1:1:1:1) with its tokenizer."""
+    config = tiny_config(
+        vocab_size=len(tokenizer), max_position_embeddings=514, num_blocks=4, heads_per_shift="1:1:1:1"
+    )
+    folder = tmp_path_factory.mktemp("demo") / "model"
+    model = BlockBertForQuestionAnswering(config).eval()
+    model.save_pretrained(folder)
+    tokenizer = match_tokenizer_to_config(copy.deepcopy(tokenizer), config)  # the fixture is shared
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_the_training_file_leaves_the_held_out_article_out(tmp_path):
+    written = write_training_file(SQUAD_SAMPLE, HELD_OUT, tmp_path / "train.json")
+    data = json.loads((tmp_path / "train.json").read_text())
+    assert [article["title"] for article in data["data"]] == written["articles"] == ["Jacksonville,_Florida"]
+    assert written["questions"] == sum(len(p["qas"]) for p in data["data"][0]["paragraphs"]) > 0
+
+    first_only = write_training_file(SQUAD_SAMPLE, "no such title", tmp_path / "first.json", max_articles=1)
+    assert first_only["articles"] == [HELD_OUT]
+
+
+def test_a_training_file_with_only_the_held_out_article_is_an_error(tmp_path):
+    only_sky = tmp_path / "sky.json"
+    data = json.loads(SQUAD_SAMPLE.read_text())
+    only_sky.write_text(json.dumps({"version": "1.1", "data": [a for a in data["data"] if a["title"] == HELD_OUT]}))
+    with pytest.raises(ValueError, match="no article other than"):
+        write_training_file(only_sky, HELD_OUT, tmp_path / "train.json")
+    assert not (tmp_path / "train.json").exists()
+
+
+def test_the_held_out_article_keeps_its_paragraphs_in_order():
+    article = read_held_out_article(SQUAD_SAMPLE, HELD_OUT)
+    data = json.loads(SQUAD_SAMPLE.read_text())
+    sky = next(a for a in data["data"] if a["title"] == HELD_OUT)
+    assert article.paragraphs == [paragraph["context"] for paragraph in sky["paragraphs"]]
+    assert article.document.startswith(sky["paragraphs"][0]["context"])
+    assert len(article.questions) == sum(len(paragraph["qas"]) for paragraph in sky["paragraphs"])
+
+
+def test_an_unknown_held_out_title_names_the_titles_there():
+    with pytest.raises(ValueError, match=r"no article titled 'Sky'.*Jacksonville,_Florida, Sky_\(United_Kingdom\)"):
+        read_held_out_article(SQUAD_SAMPLE, "Sky")
+
+
+def test_held_out_questions_are_answered_over_their_paragraph_and_over_the_whole_article(qa_folder):
+    article = read_held_out_article(SQUAD_SAMPLE, HELD_OUT)
+    article.questions = article.questions.select(range(6))  # a random model: only the plumbing is checked
+    results = evaluate_held_out(qa_folder, article, max_document_questions=2, num_examples=2)
+    assert results["own_paragraph"]["questions"] == 6 and results["whole_document"]["questions"] == 2
+    assert results["document_tokens"] > 3 * 512  # the whole article takes several windows of N tokens
+    for scores in (results["own_paragraph"], results["whole_document"]):
+        assert 0 <= scores["exact_match"] <= scores["f1"] <= 100 and scores["seconds_per_question"] > 0
+    first = results["examples"][0]
+    assert first["question"] == article.questions[0]["question"]
+    assert first["gold"] == article.questions[0]["answers"]["text"][0]
+    assert first["whole_document"] in article.document and first["own_paragraph"] in article.questions[0]["context"]
+
+
+def test_the_cost_comparison_runs_full_n2_and_n4_on_the_same_weights(qa_folder):
+    model = BlockBertForQuestionAnswering.from_pretrained(qa_folder)
+    variants = attention_variants(model)
+    assert variants == {
+        "full": {"num_blocks": 1, "heads_per_shift": None},
+        "n2": {"num_blocks": 2, "heads_per_shift": None},
+        "n4": {"num_blocks": 4, "heads_per_shift": [1, 1, 1, 1]},  # the model's own heads at its own n
+    }
+    article = read_held_out_article(SQUAD_SAMPLE, HELD_OUT)
+    cost = measure_attention_cost(qa_folder, "Who founded Sky?", article.document, rounds=2, kernels=("eager",))
+    assert cost["tokens"] == 512 and cost["rounds"] == 2
+    eager = cost["kernels"]["eager"]
+    assert [entry["label"] for entry in eager["models"].values()] == [
+        "full attention (n = 1)",
+        "BlockBERT n = 2 (3:1)",
+        "BlockBERT n = 4 (1:1:1:1)",
+    ]
+    # The eager kernel materialises the scores: N x N for full attention, n tiles of b x b for BlockBERT.
+    assert eager["memory_ratio_to_full"]["n4"] < eager["memory_ratio_to_full"]["n2"] < 1
+    assert set(eager["time_ratio_to_full"]) == {"n2", "n4"}
+
+
+def test_the_report_shows_examples_scores_and_ratios(qa_folder):
+    article = read_held_out_article(SQUAD_SAMPLE, HELD_OUT)
+    article.questions = article.questions.select(range(2))
+    held_out = evaluate_held_out(qa_folder, article, max_document_questions=1, num_examples=1)
+    cost = measure_attention_cost(qa_folder, "Who founded Sky?", article.document, rounds=1, kernels=("sdpa",))
+    report = format_report({"held_out": held_out, "efficiency": cost, "model": {"max_seq_length": 512}})
+    assert f"Q: {article.questions[0]['question']}" in report
+    assert "over the whole article" in report and "EM" in report and "F1" in report
+    assert "BlockBERT n = 4 (1:1:1:1)" in report and "sdpa" in report

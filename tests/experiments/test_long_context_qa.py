@@ -1,0 +1,255 @@
+import hashlib
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from blockbert_experiments.long_context import (
+    SEPARATOR,
+    LongContextConfig,
+    build_long_context_sets,
+    fill_window,
+    read_article_halves,
+    token_counts,
+)
+from blockbert_hf.qa import load_qa_dataset
+
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SQUAD_SAMPLE = REPO_ROOT / "data" / "samples" / "squad_v1.1_dev_sample.json"
+# With the test tokenizer the sample's paragraphs have 214-644 tokens and its articles about 7k.
+CONFIG = dict(
+    train_lengths=[512, 1024], sweep_lengths=[512, 1024, 2048, 8192], sweep_questions=20, article_questions=30
+)
+
+
+def _build(tokenizer, output_dir, source=SQUAD_SAMPLE, **overrides):
+    return build_long_context_sets(source, output_dir, tokenizer, LongContextConfig(**{**CONFIG, **overrides}))
+
+
+def _load_cli():
+    path = REPO_ROOT / "examples" / "build_long_context_qa.py"
+    spec = importlib.util.spec_from_file_location("build_long_context_qa", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _read(path) -> list[dict]:
+    """The questions of a written set, through the loader `examples/run_qa.py` uses."""
+    return load_qa_dataset(str(path)).to_list()
+
+
+@pytest.fixture(scope="module")
+def built(tokenizer, tmp_path_factory):
+    return _build(tokenizer, tmp_path_factory.mktemp("long_qa") / "sets")
+
+
+@pytest.fixture(scope="module")
+def halves():
+    return read_article_halves(SQUAD_SAMPLE)
+
+
+def _set_names(built):
+    return list(built.manifest["sets"])
+
+
+def test_fill_window_stays_within_target_and_fills_to_one_paragraph_of_it():
+    lengths = [30, 50, 20, 40, 60, 10, 35]
+    for answer in range(len(lengths)):
+        for target in range(lengths[answer], sum(lengths) + 10, 7):
+            for fraction in (0.0, 0.3, 0.7, 0.999):
+                start, end = fill_window(lengths, answer, target, fraction)
+                used = sum(lengths[start:end])
+                assert start <= answer < end and used <= target
+                if (start, end) != (0, len(lengths)):
+                    outside = [lengths[i] for i in (start - 1, end) if 0 <= i < len(lengths)]
+                    assert target - used < max(outside)
+
+
+def test_fill_window_position_follows_the_seeded_fraction():
+    lengths = [10] * 21
+    assert fill_window(lengths, 10, 100, 0.0) == (10, 20)  # all the room after the answer paragraph
+    assert fill_window(lengths, 10, 100, 0.999) == (2, 12)  # almost all before it
+    assert fill_window(lengths, 10, 100, 0.5) == (6, 16)  # 45 of the 90 tokens of room: 4 paragraphs
+    assert fill_window(lengths, 1, 100, 0.999) == (0, 10)  # the article starts: the rest goes after
+    assert fill_window([10, 10, 10], 1, 1000, 0.5) == (0, 3)  # shorter than the target: the whole article
+    with pytest.raises(ValueError, match="more than the target"):
+        fill_window([10, 50, 10], 1, 40, 0.5)
+
+
+def test_build_is_deterministic_and_the_seed_matters(tokenizer, built, tmp_path):
+    again = _build(tokenizer, tmp_path / "again")
+    files = sorted(path.name for path in built.output_dir.iterdir())
+    assert files == sorted(path.name for path in again.output_dir.iterdir())
+    for name in files:
+        assert (built.output_dir / name).read_bytes() == (again.output_dir / name).read_bytes(), name
+    other_seed = _build(tokenizer, tmp_path / "seed1", seed=1)
+    assert {row["id"] for row in _read(other_seed.output_dir / "sweep_512.json")} != {
+        row["id"] for row in _read(built.output_dir / "sweep_512.json")
+    }
+    train = "train_1024.json"  # at 512 the sample's long paragraphs leave little room to place the answer paragraph
+    assert (other_seed.output_dir / train).read_bytes() != (built.output_dir / train).read_bytes()
+
+
+def test_every_answer_offset_is_correct_in_every_set(built):
+    assert _set_names(built) == [
+        "train_512",
+        "train_1024",
+        "paragraph",
+        "sweep_512",
+        "sweep_1024",
+        "sweep_2048",
+        "sweep_8192",
+        "article",
+    ]
+    for name, entry in built.manifest["sets"].items():
+        rows = _read(built.output_dir / entry["file"])
+        assert len(rows) == entry["questions"] == built.stats[name]["questions"], name
+        assert entry["unplaced_answers"] == 0
+        for row in rows:
+            answers = row["answers"]
+            assert answers["text"], row["id"]
+            for text, start in zip(answers["text"], answers["answer_start"]):
+                assert row["context"][start : start + len(text)] == text, (name, row["id"])
+
+
+def test_sweep_asks_the_same_questions_at_every_length(built):
+    sweeps = [_read(built.output_dir / f"sweep_{length}.json") for length in CONFIG["sweep_lengths"]]
+    questions = [{row["id"]: (row["question"], row["answers"]["text"]) for row in rows} for rows in sweeps]
+    assert len(questions[0]) == CONFIG["sweep_questions"]
+    assert all(other == questions[0] for other in questions[1:])
+    assert len({row["context"] for rows in sweeps for row in rows}) > len({row["context"] for row in sweeps[0]})
+
+
+def test_filled_contexts_are_within_one_paragraph_of_the_target(tokenizer, built, halves):
+    articles = [article for half in halves for article in half]
+    whole = {article.title: SEPARATOR.join(article.paragraphs) for article in articles}
+    # a filled context that is not the whole article lacks a neighbour that would not fit
+    slack = {article.title: max(token_counts(article.paragraphs, tokenizer)) for article in articles}
+    slack = {title: longest + token_counts([SEPARATOR], tokenizer)[0] for title, longest in slack.items()}
+    for name, entry in built.manifest["sets"].items():
+        target = entry["target_tokens"]
+        if target is None:
+            continue
+        rows = _read(built.output_dir / entry["file"])
+        contexts = sorted({row["context"] for row in rows})
+        lengths = dict(zip(contexts, token_counts(contexts, tokenizer)))
+        for row in rows:
+            length = lengths[row["context"]]
+            assert length <= target, (name, row["id"])
+            if row["context"] != whole[row["title"]]:
+                assert target - length < slack[row["title"]], (name, row["id"])
+        assert built.stats[name]["max"] <= target
+
+
+def test_halves_are_article_disjoint(built, halves):
+    first, second = ({article.title for article in half} for half in halves)
+    assert first and second and not first & second
+    titles = {
+        name: {row["title"] for row in _read(built.output_dir / entry["file"])}
+        for name, entry in built.manifest["sets"].items()
+    }
+    assert all(titles[name] <= first for name in titles if name.startswith("train_"))
+    assert all(titles[name] <= second for name in titles if not name.startswith("train_"))
+    assert built.manifest["halves"]["first"]["articles"] == [article.title for article in halves[0]]
+
+
+def test_paragraph_and_article_sets_keep_the_source_contexts(built, halves):
+    second = halves[1]
+    paragraph_rows = _read(built.output_dir / "paragraph.json")
+    originals = {
+        question.id: (article.paragraphs[question.paragraph], question.answers)
+        for article in second
+        for question in article.questions
+    }
+    assert len(paragraph_rows) == len(originals)
+    for row in paragraph_rows:
+        context, answers = originals[row["id"]]
+        assert row["context"] == context
+        assert row["answers"]["answer_start"] == [answer.start for answer in answers]
+    whole = {article.title: SEPARATOR.join(article.paragraphs) for article in second}
+    article_rows = _read(built.output_dir / "article.json")
+    assert len(article_rows) == CONFIG["article_questions"]
+    assert all(row["context"] == whole[row["title"]] for row in article_rows)
+
+
+def test_manifest_records_source_seed_and_sizes(built):
+    manifest = built.manifest
+    assert manifest["source"]["sha256"] == hashlib.sha256(SQUAD_SAMPLE.read_bytes()).hexdigest()
+    assert manifest["seed"] == 0
+    assert json.loads((built.output_dir / "manifest.json").read_text()) == manifest
+    assert json.loads((built.output_dir / "stats.json").read_text()) == built.stats
+    for entry in manifest["sets"].values():
+        assert (built.output_dir / entry["file"]).stat().st_size == entry["bytes"]
+    table = (built.output_dir / "stats.md").read_text()
+    assert all(f"`{name}`" in table for name in manifest["sets"])
+
+
+def test_questions_whose_paragraph_exceeds_the_target_are_left_out_and_reported(tokenizer, tmp_path):
+    result = _build(tokenizer, tmp_path / "sets", sets=["train"], train_lengths=[300])
+    entry = result.manifest["sets"]["train_300"]
+    left_out = entry["left_out"]["answer_paragraph_longer_than_target"]
+    assert left_out and entry["questions"] + len(left_out) == 108  # the first half's questions
+    assert not {row["id"] for row in _read(result.output_dir / "train_300.json")} & set(left_out)
+
+
+def test_answers_not_at_their_offset_are_counted_and_dropped(tokenizer, tmp_path):
+    data = json.loads(SQUAD_SAMPLE.read_text(encoding="utf-8"))
+    qas = data["data"][0]["paragraphs"][0]["qas"]
+    qas[0]["answers"][0]["answer_start"] += 1  # one of three answers off
+    for answer in qas[1]["answers"]:  # every answer off: the question cannot be placed
+        answer["answer_start"] += 1
+    source = tmp_path / "shifted.json"
+    source.write_text(json.dumps(data), encoding="utf-8")
+    result = _build(tokenizer, tmp_path / "sets", source=source, sets=["train"])
+    entry = result.manifest["sets"]["train_512"]
+    assert entry["unplaced_answers"] == 1 + len(qas[1]["answers"])
+    assert entry["left_out"] == {"no_placeable_answer": [qas[1]["id"]]}
+    assert entry["questions"] == 107
+
+
+@pytest.mark.parametrize(
+    ("overrides", "source", "error", "message"),
+    [
+        ({}, "missing.json.gz", FileNotFoundError, "does not exist"),
+        ({"train_lengths": [100]}, None, ValueError, "smaller than the answer paragraph of every question"),
+        ({"sweep_questions": 500}, None, ValueError, "asks for 500 questions"),
+        ({"sets": ["train", "sweeps"]}, None, ValueError, "Unknown set name"),
+        ({"sweep_lengths": [0]}, None, ValueError, "positive token counts"),
+    ],
+)
+def test_bad_inputs_raise_clear_errors_and_write_nothing(tokenizer, tmp_path, overrides, source, error, message):
+    output_dir = tmp_path / "out"
+    with pytest.raises(error, match=message):
+        _build(tokenizer, output_dir, source=tmp_path / source if source else SQUAD_SAMPLE, **overrides)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_existing_output_is_kept_unless_overwrite(tokenizer, tmp_path):
+    output_dir = tmp_path / "out"
+    output_dir.mkdir()
+    (output_dir / "keep.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="already exists"):
+        _build(tokenizer, output_dir, sets=["paragraph"])
+    assert [path.name for path in output_dir.iterdir()] == ["keep.txt"]
+    config = LongContextConfig(sets=["paragraph"])
+    build_long_context_sets(SQUAD_SAMPLE, output_dir, tokenizer, config, overwrite=True)
+    written = sorted(path.name for path in output_dir.iterdir())
+    assert written == ["manifest.json", "paragraph.json", "stats.json", "stats.md"]
+
+
+def test_cli_builds_the_sets_from_a_tokenizer_folder(tokenizer, tmp_path, capsys):
+    tokenizer.save_pretrained(tmp_path / "tokenizer")
+    output_dir = tmp_path / "sets"
+    _load_cli().main(
+        [
+            "--squad_file", str(SQUAD_SAMPLE), "--tokenizer", str(tmp_path / "tokenizer"), "--output_dir",
+            str(output_dir), "--sets", "paragraph", "sweep", "--sweep_lengths", "512", "1024", "--sweep_questions", "5",
+        ]
+    )  # fmt: skip
+    manifest = json.loads((output_dir / "manifest.json").read_text())
+    assert list(manifest["sets"]) == ["paragraph", "sweep_512", "sweep_1024"]
+    assert manifest["sets"]["sweep_512"]["questions"] == 5
+    assert "| `sweep_1024` | 1024 | 5 |" in capsys.readouterr().out

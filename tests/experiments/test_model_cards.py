@@ -1,0 +1,514 @@
+"""Model cards: every card under model_cards/ parses as a Hub card and matches the results file it was generated from;
+the writer round-trips measured values (QA comparison cells and the `make demo` model); the recipe cards are what the
+generator writes today."""
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import REPO_ROOT, tiny_config
+from huggingface_hub import ModelCard
+
+from blockbert_experiments.model_cards import (
+    KNOWN_BASE_MODELS,
+    PAPER_CONFIGURATIONS,
+    demo_card,
+    recipe_card,
+    results_card,
+    write_card,
+)
+
+
+CARDS = sorted((REPO_ROOT / "model_cards").glob("*/README.md"))
+MINILM_SHA256 = next(iter(KNOWN_BASE_MODELS))
+CELL = "n64_n2_3-1_seed0"
+
+
+def card_mismatches(path: Path, root: Path) -> list[str]:
+    """What in a card's model-index differs from the results file the card names (`results_file`, relative to
+    `root`), including test sets measured there but missing from the card; a card without results must say that no
+    weights are published."""
+    card = ModelCard.load(path)
+    evals = card.data.eval_results or []
+    source = card.data.to_dict().get("results_file")
+    if source is None:
+        return [] if not evals and "No weights published" in card.text else [f"{path}: results without a source"]
+    results = json.loads((root / source).read_text(encoding="utf-8"))
+    on_card = {result.dataset_args["test_set"] for result in evals}
+    problems = [f"{name}: in {source}, not on the card" for name in results["sets"] if name not in on_card]
+    for result in evals:
+        measured = results["sets"].get(result.dataset_args["test_set"], {})
+        if measured.get(result.metric_type) != result.metric_value:
+            problems.append(
+                f"{result.dataset_args['test_set']} {result.metric_type}: card {result.metric_value}, "
+                f"{source} {measured.get(result.metric_type)}"
+            )
+    return problems
+
+
+@pytest.mark.parametrize("path", CARDS, ids=[path.parent.name for path in CARDS])
+def test_every_card_parses_and_matches_its_results_file(path):
+    card = ModelCard.load(path)
+    data = card.data.to_dict()
+    for key in ("license", "base_model", "pipeline_tag", "tags", "language", "library_name"):
+        assert data.get(key), f"{path}: no {key}"
+    assert card_mismatches(path, REPO_ROOT) == []
+
+
+def test_the_paper_configurations_have_up_to_date_recipe_cards():
+    assert {path.parent.name for path in CARDS} >= set(PAPER_CONFIGURATIONS)
+    for name, configuration in PAPER_CONFIGURATIONS.items():
+        committed = (REPO_ROOT / "model_cards" / name / "README.md").read_text(encoding="utf-8")
+        assert committed == str(recipe_card(configuration)), (
+            f"model_cards/{name} is stale: python experiments/write_model_card.py --recipes {name}"
+        )
+
+
+def test_recipe_cards_state_the_configuration_and_the_commands():
+    card = recipe_card(PAPER_CONFIGURATIONS["blockbert-base-n3"])
+    assert card.data.base_model == "FacebookAI/roberta-base" and card.data.eval_results is None
+    assert "no-weights-published" in card.data.tags and "No weights published" in card.text
+    assert "--num_blocks 3 --heads 8:2:2 --max_seq_length 512" in card.text  # the converter's flags
+    assert "--tokens_per_batch 131072" in card.text and "--learning_rate 2.5e-4" in card.text  # run_mlm's
+    assert "b = 171 tokens" in card.text and "trust_remote_code=True" in card.text
+    long = recipe_card(PAPER_CONFIGURATIONS["blockbert-base-n2-1024"])
+    assert "128 sequences of 1,024" in long.text and "position rows 513 to 1,024" in long.text
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Cards of measured models, from a results file in the comparison's format
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _set(target_tokens, exact_match, f1, questions=3):
+    return {
+        "target_tokens": target_tokens,
+        "exact_match": exact_match,
+        "f1": f1,
+        "metric_exact_match": exact_match,
+        "metric_f1": f1,
+        "questions": questions,
+        "windows": questions,
+        "eval_seconds": 0.3,
+        "seconds_per_question": 0.1,
+        "wall_seconds": 12.5,
+        "peak_rss_mb": 812.4,
+        "eval_batch_size": 256,
+    }
+
+
+def _eval_command(test_set):
+    return (
+        f"python examples/run_qa.py --model_name_or_path ../runs/qa_comparison/cells/{CELL}/train/model "
+        f"--validation_file ../runs/long_qa_data/{test_set}.json --do_eval --output_dir "
+        f"../runs/qa_comparison/cells/{CELL}/eval/{test_set} --max_seq_length 64 --doc_stride 128"
+    )
+
+
+def _results(finished=True, sha256=MINILM_SHA256):
+    """A cell's results.json as experiments/qa_comparison.py writes it (one planned set, `article`, not measured)."""
+    return {
+        "cell": {
+            "name": CELL,
+            "max_seq_length": 64,
+            "attention_pattern": "blockwise",
+            "num_blocks": 2,
+            "heads_per_shift": "3:1",
+            "seed": 0,
+            "train_set": None,
+        },
+        "label": "N=64 BlockBERT n=2 3:1, seed 0",
+        "recipe": {
+            "learning_rate": 5e-05,
+            "num_train_epochs": 1.0,
+            "effective_batch_size": 32,
+            "per_device_train_batch_size": 8,
+            "gradient_accumulation_steps": 4,
+            "warmup_ratio": 0.1,
+            "schedule": "linear",
+            "doc_stride": 128,
+            "attention_probs_dropout_prob": 0.1,
+            "threads": 2,
+            "max_train_samples": None,
+            "max_eval_samples": None,
+        },
+        "source_model": {"path": "../source", "sha256": sha256},
+        "train": {
+            "finished": finished,
+            "seconds": 1834.2,
+            "attempts": 2,
+            "interrupted_attempts": 1,
+            "peak_rss_mb": 2048.0,
+        },
+        "sets": {"paragraph": _set(None, 41.27, 55.03), "sweep_512": _set(512, 12.5, 23.45678)},
+        "finished": False,
+        "commands": [
+            "python examples/convert_roberta_to_blockbert.py ../source ../runs/qa_comparison/models/m "
+            "--max_seq_length 64 --attention_pattern blockwise --num_blocks 2 --heads 3:1",
+            f"python examples/run_qa.py --model_name_or_path ../runs/qa_comparison/models/m --do_train "
+            f"--output_dir ../runs/qa_comparison/cells/{CELL}/train --seed 0",
+            _eval_command("paragraph"),
+            _eval_command("sweep_512"),
+            _eval_command("article"),
+        ],
+    }
+
+
+@pytest.fixture
+def measured(tmp_path, monkeypatch):
+    """A repository-like folder: a trained model's config.json and a cell's results file; the current folder."""
+    monkeypatch.chdir(tmp_path)
+    tiny_config(heads_per_shift="3:1", architectures=["BlockBertForQuestionAnswering"]).save_pretrained("model")
+    results_file = Path("docs/qa_comparison") / CELL / "results.json"
+    results_file.parent.mkdir(parents=True)
+    results_file.write_text(json.dumps(_results()))
+    return tmp_path, results_file
+
+
+def test_a_results_card_round_trips_every_measured_value(measured):
+    root, results_file = measured
+    path = write_card(results_card("model", results_file, "tiny-blockbert-qa"), "model_cards", "tiny-blockbert-qa")
+    assert path == Path("model_cards/tiny-blockbert-qa/README.md")
+
+    card = ModelCard.load(path)
+    data = card.data.to_dict()
+    assert data["results_file"] == f"docs/qa_comparison/{CELL}/results.json"
+    assert (data["base_model"], data["license"]) == ("sentence-transformers/all-MiniLM-L6-v2", "apache-2.0")
+    assert (data["pipeline_tag"], data["datasets"]) == ("question-answering", ["rajpurkar/squad"])
+    values = {(r.dataset_args["test_set"], r.metric_type): r.metric_value for r in card.data.eval_results}
+    assert values == {
+        ("paragraph", "exact_match"): 41.27,
+        ("paragraph", "f1"): 55.03,
+        ("sweep_512", "exact_match"): 12.5,
+        ("sweep_512", "f1"): 23.45678,
+    }
+    assert card_mismatches(path, root) == []
+    # the text: the table from the same file, each set's command beside it, the set not yet measured
+    sweep = "the answer paragraph filled with neighbouring paragraphs to 512 tokens"
+    sweep_row = f"| `sweep_512` | {sweep} | 3 | 12.50 | 23.46 |"
+    assert sweep_row in card.text
+    assert f"# evaluate: sweep_512\n{_eval_command('sweep_512')}" in card.text
+    assert "Not measured: `article`" in card.text and "30.6 min in 2 attempt(s), 1 interrupted" in card.text
+    assert "b = 32 tokens therefore sees full attention in the 3 shift-0 heads" in card.text
+
+
+def _difference(difference, low, high, excludes_zero):
+    return {"difference": difference, "low": low, "high": high, "articles": 24, "questions": 200,
+            "excludes_zero": excludes_zero}  # fmt: skip
+
+
+def test_a_results_card_quotes_the_comparison_report_for_its_cell(measured):
+    _, results_file = measured
+    report = {
+        "baseline": "n64_full_seed0",
+        "differences_to_baseline": {
+            CELL: {
+                "sweep_512": {
+                    "f1": _difference(5.0, 1.0, 9.0, True),
+                    "exact_match": _difference(-2.0, -6.5, 2.5, False),
+                }
+            }
+        },
+        "seed_spread": {},
+    }
+    (results_file.parent.parent / "results.json").write_text(json.dumps(report))
+    text = results_card("model", results_file, "tiny").text
+    assert "Difference to the baseline `n64_full_seed0`" in text and "Seed spread" not in text
+    assert "| `sweep_512` | **+5.0 [+1.0, +9.0]** | -2.0 [-6.5, +2.5] | 24 |" in text
+    assert "copied from the comparison's report `docs/qa_comparison/results.json`" in text
+    report["baseline"] = CELL
+    (results_file.parent.parent / "results.json").write_text(json.dumps(report))
+    assert "This model is the comparison's baseline" in results_card("model", results_file, "tiny").text
+
+
+def test_a_results_card_shows_its_configuration_at_the_other_seeds(measured):
+    _, results_file = measured
+    second_seed = CELL.replace("seed0", "seed1")
+    configuration = {
+        "max_seq_length": 64,
+        "attention_pattern": "blockwise",
+        "heads_per_shift": [3, 1],
+        "train_set": None,
+    }
+    interval = {"sweep_512": {"f1": _difference(-9.0, -14.0, -4.0, True), "exact_match": _difference(1, 0, 2, True)}}
+    report = {
+        "baseline": "n64_full_seed0",
+        "cells": {
+            "n64_full_seed0": {
+                "cell": {**configuration, "name": "n64_full_seed0", "seed": 0, "attention_pattern": "full"}
+            },
+            CELL: {"cell": {**configuration, "name": CELL, "seed": 0}},
+            second_seed: {"cell": {**configuration, "name": second_seed, "seed": 1}},
+        },
+        "differences_to_baseline": {},
+        "differences_at_the_same_seed": {second_seed: interval},
+        "seed_spread": {second_seed: interval},
+    }
+    (results_file.parent.parent / "results.json").write_text(json.dumps(report))
+    text = results_card("model", results_file, "tiny").text
+    assert f"The same comparison at seed 1 (`{second_seed}` against its seed's baseline configuration)" in text
+    assert f"Seed spread (`{second_seed}` minus the first seed)" in text
+    assert text.count("| `sweep_512` | **-9.0 [-14.0, -4.0]** |") == 2
+
+
+def test_a_results_card_at_a_longer_n_shows_its_difference_to_full_attention_at_that_n(measured):
+    _, results_file = measured
+    blockwise = {"attention_pattern": "blockwise", "heads_per_shift": [3, 1], "seed": 0, "train_set": None}
+    full = {"attention_pattern": "full", "heads_per_shift": None, "seed": 0, "train_set": None}
+    interval = {"sweep_512": {"f1": _difference(0.5, -1.0, 2.0, False), "exact_match": _difference(0, -1, 1, False)}}
+    report = {
+        "baseline": "n32_full_seed0",
+        "cells": {
+            "n32_full_seed0": {"cell": {**full, "name": "n32_full_seed0", "max_seq_length": 32}},
+            "n64_full": {"cell": {**full, "name": "n64_full", "max_seq_length": 64}},
+            CELL: {"cell": {**blockwise, "name": CELL, "max_seq_length": 64}},
+        },
+        "differences_to_baseline": {},
+        "differences_at_the_same_window": {CELL: interval},
+    }
+    (results_file.parent.parent / "results.json").write_text(json.dumps(report))
+    text = results_card("model", results_file, "tiny").text
+    assert "Difference to full attention at the same N (`n64_full`: same windows, seed and training data" in text
+    assert "| `sweep_512` | +0.5 [-1.0, +2.0] | +0.0 [-1.0, +1.0] |" in text
+
+
+def test_the_card_check_catches_a_card_that_drifted_from_its_results(measured):
+    root, results_file = measured
+    path = write_card(results_card("model", results_file, "tiny"), "model_cards", "tiny")
+    results = json.loads(results_file.read_text())
+    results["sets"]["sweep_512"]["f1"] = 30.0  # a re-run changed the number; the card was not regenerated
+    results_file.write_text(json.dumps(results))
+    assert card_mismatches(path, root) == ["sweep_512 f1: card 23.45678, " + f"{results_file} 30.0"]
+    results["sets"]["article"] = results["sets"]["paragraph"]  # a set measured after the card was written
+    results_file.write_text(json.dumps(results))
+    assert card_mismatches(path, root)[0] == f"article: in {results_file}, not on the card"
+
+
+def test_a_results_card_refuses_a_model_of_another_configuration(measured):
+    _, results_file = measured
+    tiny_config(heads_per_shift="2:2").save_pretrained("other")
+    with pytest.raises(ValueError, match=r"heads_per_shift '2:2' in the folder, '3:1' in the results"):
+        results_card("other", results_file, "tiny")
+
+
+def test_a_results_card_needs_a_finished_training_and_a_known_base_model(measured):
+    _, results_file = measured
+    results_file.write_text(json.dumps(_results(finished=False)))
+    with pytest.raises(ValueError, match="training has not finished"):
+        results_card("model", results_file, "tiny")
+    results_file.write_text(json.dumps(_results(sha256="0" * 64)))
+    with pytest.raises(ValueError, match="--base_model HUB_ID and --license"):
+        results_card("model", results_file, "tiny")
+    card = results_card("model", results_file, "tiny", base_model="someone/bert-mini", license="mit")
+    assert (card.data.base_model, card.data.license) == ("someone/bert-mini", "mit")
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        results_card("missing", results_file, "tiny")
+    with pytest.raises(ValueError, match="plain folder name"):
+        write_card(card, "model_cards", "../outside")
+
+
+def _load_cli():
+    spec = importlib.util.spec_from_file_location("write_model_card", REPO_ROOT / "examples" / "write_model_card.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_command_line_writes_recipe_and_results_cards(measured, capsys):
+    root, results_file = measured
+    cli = _load_cli()
+    assert cli.main(["--recipes", "blockbert-base-n3", "--output_dir", "cards"]) == 0
+    committed = REPO_ROOT / "model_cards" / "blockbert-base-n3" / "README.md"
+    assert (root / "cards/blockbert-base-n3/README.md").read_text() == committed.read_text()
+    args = ["--model_dir", "model", "--results_file", str(results_file), "--name", "tiny", "--output_dir", "cards"]
+    assert cli.main(args) == 0 and card_mismatches(root / "cards/tiny/README.md", root) == []
+    shutil.rmtree("model")
+    assert cli.main(args) == 2 and "no config.json" in capsys.readouterr().err
+    for bad in (["--recipes", "blockbert-large"], ["--recipes", "all", *args], ["--name", "tiny"]):
+        with pytest.raises(SystemExit):
+            cli.main(bad)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The card of the model `make demo` fine-tunes, from the demo's results file
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _demo_results():
+    """The demo's results.json (experiments/demo.py) for a tiny model: N = 64, n = 2, heads 3:1."""
+    return {
+        "kind": "blockbert-hf demo",
+        "command": "python experiments/demo.py --output_dir outputs/demo",
+        "elapsed_seconds": 412.3,
+        "machine": "AMD EPYC, 2 CPU threads, torch 2.13.0",
+        "source_model": {"path": "../source", "sha256": MINILM_SHA256, "architecture": "BertModel"},
+        "conversion": {
+            "command": "python examples/convert_roberta_to_blockbert.py SOURCE outputs/demo/converted --num_blocks 2 "
+            "--heads 3:1 --max_seq_length 64",
+            "verified": True,
+            "max_abs_difference_n1": 0.0,
+            "seconds": 25.1,
+        },
+        "model": {"folder": "model", "max_seq_length": 64, "num_blocks": 2, "block_size": 32, "heads_per_shift": "3:1"},
+        "training": {
+            "data_file": "data/samples/squad_v1.1_dev_demo.json.gz",
+            "articles": ["Amazon_rainforest", "Rhine"],
+            "questions": 1881,
+            "max_seq_length": 48,
+            "doc_stride": 16,
+            "num_train_epochs": 1.0,
+            "learning_rate": 0.0001,
+            "batch_size": 16,
+            "warmup_ratio": 0.1,
+            "seed": 0,
+            "seconds": 201.4,
+            "final_loss": 2.31,
+        },
+        "held_out": {
+            "title": "Sky_(United_Kingdom)",
+            "document_tokens": 3260,
+            "own_paragraph": {"questions": 108, "exact_match": 35.19, "f1": 48.123, "seconds_per_question": 0.05},
+            "whole_document": {"questions": 40, "exact_match": 20.0, "f1": 30.5, "seconds_per_question": 1.9},
+        },
+        "efficiency": {
+            "what": "one forward (batch 1) over a question and the first tokens of the held-out article",
+            "tokens": 64,
+            "rounds": 5,
+            "threads": 2,
+            "kernels": {
+                "eager": {
+                    "models": {
+                        "full": {"label": "full attention (n = 1)", "median_s": 1.2, "peak_bytes": 600 * 2**20},
+                        "n2": {"label": "BlockBERT n = 2 (3:1)", "median_s": 0.9, "peak_bytes": 400 * 2**20},
+                    },
+                    "time_ratio_to_full": {"n2": 0.75},
+                    "memory_ratio_to_full": {"n2": 0.667},
+                }
+            },
+        },
+    }
+
+
+@pytest.fixture
+def demo(tmp_path, monkeypatch):
+    """A repository-like folder (the current folder): the demo's fine-tuned model folder and its results file."""
+    monkeypatch.chdir(tmp_path)
+    tiny_config(heads_per_shift="3:1", architectures=["BlockBertForQuestionAnswering"]).save_pretrained("model")
+    results_file = Path("outputs/demo/results.json")
+    results_file.parent.mkdir(parents=True)
+    results_file.write_text(json.dumps(_demo_results()))
+    return results_file
+
+
+def test_a_demo_card_parses_and_its_model_index_equals_the_results_file(demo):
+    path = write_card(demo_card("model", demo, "tiny-demo"), "outputs/demo", "model")
+    card = ModelCard.load(path)  # what the Hub would read
+    data = card.data.to_dict()
+    assert data["results_file"] == "outputs/demo/results.json"
+    assert (data["base_model"], data["license"]) == ("sentence-transformers/all-MiniLM-L6-v2", "apache-2.0")
+    assert (data["pipeline_tag"], data["datasets"]) == ("question-answering", ["rajpurkar/squad"])
+    assert data["tags"] == ["blockbert", "long-context", "blockwise-attention"]
+    held_out = _demo_results()["held_out"]
+    values = {(r.dataset_args["test_set"], r.metric_type): r.metric_value for r in card.data.eval_results}
+    assert values == {
+        (name, metric): held_out[name][metric]
+        for name in ("own_paragraph", "whole_document")
+        for metric in ("exact_match", "f1")
+    }
+    text = card.text
+    assert "Demo model: 3.4 minutes of fine-tuning on 1,881 questions; not a production QA model." in text
+    assert "held-out article `Sky_(United_Kingdom)` (3,260 tokens)" in text and "`Amazon_rainforest`, `Rhine`" in text
+    assert "| `own_paragraph` | each question's own paragraph | 108 | 35.19 | 48.12 | 0.050 |" in text
+    assert "| `eager` | BlockBERT n = 2 (3:1) | 0.900 | 400.0 | 0.75 | 0.67 |" in text
+    assert "64 tokens, on AMD EPYC, 2 CPU threads, torch 2.13.0 with 2 thread(s)" in text
+    assert "| blocks n, block size b | 2, 32 |" in text and 'pipeline("question-answering"' in text
+    assert _demo_results()["conversion"]["command"] in text and "python experiments/demo.py --output_dir" in text
+    assert "b = 32 tokens therefore sees full attention in the 3 shift-0 heads" in text
+
+    results = _demo_results()
+    results["training"]["final_loss"] = None  # a run shorter than --logging_steps logs no loss
+    demo.write_text(json.dumps(results))
+    assert "| final training loss | not logged |" in demo_card("model", demo, "tiny-demo").text
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "held_out.whole_document.f1",
+        "training.articles",
+        "efficiency.kernels.eager.time_ratio_to_full",
+        "efficiency.kernels.eager.models.n2.label",
+    ],
+)
+def test_a_demo_results_file_without_a_key_the_card_reads_is_refused_naming_it(demo, path):
+    results = _demo_results()
+    *parents, key = path.split(".")
+    container = results
+    for parent in parents:
+        container = container[parent]
+    del container[key]
+    demo.write_text(json.dumps(results))
+    with pytest.raises(ValueError, match=rf"it has no {path}\.$"):
+        demo_card("model", demo, "tiny-demo")
+
+
+def test_a_demo_card_refuses_other_results_files(demo):
+    results = _demo_results()
+    del results["efficiency"]["kernels"]["eager"]["time_ratio_to_full"]["n2"]  # a BlockBERT row without its ratio
+    del results["machine"]
+    demo.write_text(json.dumps(results))
+    with pytest.raises(ValueError, match=r"it has no machine, efficiency\.kernels\.eager\.time_ratio_to_full\.n2\.$"):
+        demo_card("model", demo, "tiny-demo")
+    demo.write_text(json.dumps({**_demo_results(), "kind": "something else"}))
+    with pytest.raises(ValueError, match="'something else' results, not 'blockbert-hf demo'"):
+        demo_card("model", demo, "tiny-demo")
+    demo.write_text(json.dumps(_results()))  # a QA comparison cell's results
+    with pytest.raises(ValueError, match="not a complete results file of experiments/demo.py: it has no kind, command"):
+        demo_card("model", demo, "tiny-demo")
+    demo.write_text("[]")
+    with pytest.raises(ValueError, match="holds a JSON list, not the object `make demo` writes"):
+        demo_card("model", demo, "tiny-demo")
+    with pytest.raises(FileNotFoundError, match="pass the results file `make demo` wrote"):
+        demo_card("model", "outputs/missing.json", "tiny-demo")
+
+
+@pytest.mark.parametrize(
+    "overrides, difference",
+    [
+        ({"max_position_embeddings": 130}, "N 128 in the folder, 64 in the results"),
+        ({"num_blocks": 4, "heads_per_shift": "1:1:1:1"}, "num_blocks 4 in the folder, 2 in the results"),
+        ({"heads_per_shift": "2:2"}, "heads_per_shift '2:2' in the folder, '3:1' in the results"),
+        ({"attention_pattern": "full"}, "attention_pattern 'full' in the folder, 'blockwise' in the results"),
+    ],
+)
+def test_a_demo_card_refuses_a_model_of_another_configuration(demo, overrides, difference):
+    tiny_config(**{"heads_per_shift": "3:1", **overrides}).save_pretrained("other")
+    with pytest.raises(ValueError, match=rf"other is not the model of outputs/demo/results.json: .*{difference}"):
+        demo_card("other", demo, "tiny-demo")
+
+
+def test_the_command_line_writes_a_demo_card(demo, capsys):
+    cli = _load_cli()
+    args = ["--model_dir", "model", "--demo_results", str(demo), "--name", "tiny-demo", "--output_dir", "cards"]
+    assert cli.main(args) == 0
+    assert str(ModelCard.load("cards/tiny-demo/README.md")) == str(demo_card("model", demo, "tiny-demo"))
+    assert cli.main([*args[:2], "--demo_results", "missing.json", *args[4:]]) == 2
+    assert "missing.json does not exist" in capsys.readouterr().err
+    for bad in ([*args, "--results_file", str(demo)], ["--model_dir", "model", "--demo_results", str(demo)]):
+        with pytest.raises(SystemExit):
+            cli.main(bad)
+
+
+def test_a_results_card_says_which_position_rows_only_fine_tuning_trained(measured):
+    _, results_file = measured
+    results = json.loads(results_file.read_text())
+    results["source_model"]["sequence_length"] = 64  # the model's own N: every position row was trained
+    results_file.write_text(json.dumps(results))
+    assert "position rows" not in results_card("model", results_file, "tiny-blockbert-qa").text
+
+    results["source_model"]["sequence_length"] = 48
+    results_file.write_text(json.dumps(results))
+    text = results_card("model", results_file, "tiny-blockbert-qa").text
+    assert "trained on at most 48 positions: the converter filled position rows 49 to 64 by repeating" in text

@@ -1,0 +1,373 @@
+"""The long-context QA comparison driver: the grid's priority order, the recipe's batch sizes, per-question scores
+against the SQuAD metric, the paired article bootstrap, and `run` end to end on a tiny model (resuming a training
+from its checkpoint and redoing only a missing evaluation)."""
+
+import importlib.util
+import json
+import random
+import shutil
+
+import numpy as np
+import pytest
+from conftest import REPO_ROOT
+from transformers import RobertaConfig, RobertaModel
+
+from blockbert_experiments.long_context import LongContextConfig, build_long_context_sets
+from blockbert_experiments.qa_comparison import (
+    GRID,
+    Cell,
+    ComparisonConfig,
+    batch_sizes,
+    format_plan,
+    paired_article_bootstrap,
+    plan_comparison,
+    question_scores,
+    run_comparison,
+    select_cells,
+    write_report,
+)
+from blockbert_experiments.qa_comparison import runner as comparison_runner
+from blockbert_hf.qa import SquadMetric, load_qa_dataset
+
+
+SQUAD_SAMPLE = REPO_ROOT / "data" / "samples" / "squad_v1.1_dev_sample.json"
+
+
+def _load_cli():
+    path = REPO_ROOT / "examples" / "qa_comparison.py"
+    spec = importlib.util.spec_from_file_location("qa_comparison", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The grid and the recipe
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_grid_runs_in_reverse_drop_order_and_cells_select_a_subset_in_that_order():
+    assert [cell.name for cell in GRID] == [
+        "n512_full_seed0",
+        "n512_n2_10-2_seed0",
+        "n512_full_seed1",
+        "n512_n2_10-2_seed1",
+        "n1024_n2_9-3",
+        "n1024_n2_9-3_paragraphs",
+        "n2048_n4_6-2-2-2",
+        "n1024_full",
+        "n512_sparse_fixed",
+        "n512_n3_8-2-2",
+    ]
+    assert len({cell.name for cell in GRID}) == len(GRID)
+    chosen = select_cells(["n512_n3_8-2-2", "n512_full_seed0", "n1024_full"])
+    assert [cell.name for cell in chosen] == ["n512_full_seed0", "n1024_full", "n512_n3_8-2-2"]
+    assert select_cells([]) == list(GRID)
+    with pytest.raises(ValueError, match="Unknown cell.*n512_full_seed0"):
+        select_cells(["n512_full"])
+    # the two seeds of a row share one converted model
+    assert GRID[0].model_name == GRID[2].model_name and GRID[1].model_name == GRID[3].model_name
+    assert GRID[4].model_name == GRID[5].model_name and GRID[5].training_set == "paragraphs"
+
+
+def test_batch_sizes_keep_the_effective_batch_at_every_length():
+    config = ComparisonConfig()
+    assert {n: batch_sizes(config, n) for n in (512, 1024, 2048)} == {512: (8, 4), 1024: (4, 8), 2048: (2, 16)}
+    odd = ComparisonConfig(effective_batch_size=12, train_tokens_per_batch=5 * 512)
+    assert batch_sizes(odd, 512) == (4, 3)  # the largest divisor of 12 that fits 5 windows
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Scores and the bootstrap
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_question_scores_average_to_the_squad_metric():
+    rows = load_qa_dataset(str(SQUAD_SAMPLE)).to_list()
+    rng = random.Random(0)
+    predictions = {}
+    for row in rows:  # exact answers, partial overlaps, other case and punctuation, and wrong answers
+        gold = row["answers"]["text"][0]
+        words = gold.split()
+        predictions[row["id"]] = rng.choice(
+            [gold, gold.upper() + ".", " ".join(words[: max(1, len(words) // 2)]), "the " + gold, "nothing at all"]
+        )
+    references = [(row["id"], row["answers"]["text"]) for row in rows]
+    exact, f1 = question_scores(predictions, references)
+    expected = SquadMetric(config_name="squad").compute(
+        predictions=[{"id": key, "prediction_text": value} for key, value in predictions.items()],
+        references=[{"id": row["id"], "answers": row["answers"]} for row in rows],
+    )
+    assert set(exact) == {0, 1} and any(0 < value < 1 for value in f1)  # partial answers score between 0 and 1
+    assert 100 * np.mean(exact) == pytest.approx(expected["exact_match"], abs=1e-9)
+    assert 100 * np.mean(f1) == pytest.approx(expected["f1"], abs=1e-9)
+
+
+def _scores(seed=0, articles=6, per_article=20):
+    rng = np.random.default_rng(seed)
+    groups = np.repeat(np.arange(articles), per_article)
+    a = rng.random(groups.size)
+    b = np.clip(a + rng.normal(0.05, 0.2, groups.size), 0, 1)
+    return a, b, groups
+
+
+def test_bootstrap_is_deterministic_with_a_seed():
+    a, b, groups = _scores()
+    first = paired_article_bootstrap(a, b, groups, samples=2000, seed=3)
+    assert first == paired_article_bootstrap(a, b, groups, samples=2000, seed=3)
+    assert first != paired_article_bootstrap(a, b, groups, samples=2000, seed=4)
+    assert first["difference"] == pytest.approx(float(np.mean(a - b)))
+    assert first["low"] < first["difference"] < first["high"]
+    assert (first["articles"], first["questions"]) == (6, 120)
+
+
+def test_identical_scores_give_a_zero_width_interval_at_zero():
+    a, _, groups = _scores()
+    result = paired_article_bootstrap(a, a.copy(), groups, samples=500)
+    assert result["difference"] == result["low"] == result["high"] == 0.0
+
+
+def test_bootstrap_resamples_articles_not_questions():
+    a, b, _ = _scores()
+    # One article: every resample draws that article, so the interval has no width however the questions differ.
+    single = paired_article_bootstrap(a, b, np.zeros(a.size, dtype=int), samples=500)
+    assert single["low"] == single["high"] == pytest.approx(single["difference"])
+    # Questions grouped by their difference (articles that agree within themselves) vary more between resamples than
+    # the same questions spread one per article.
+    order = np.argsort(a - b)
+    by_difference = np.empty(a.size, dtype=int)
+    by_difference[order] = np.repeat(np.arange(6), 20)
+    grouped = paired_article_bootstrap(a, b, by_difference, samples=4000)
+    spread = paired_article_bootstrap(a, b, np.arange(a.size), samples=4000)
+    assert grouped["high"] - grouped["low"] > 2 * (spread["high"] - spread["low"])
+    with pytest.raises(ValueError, match="one article per question"):
+        paired_article_bootstrap(a, b, np.zeros(3, dtype=int))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# `run` end to end on a tiny model
+# ---------------------------------------------------------------------------------------------------------------------
+
+TINY_CELL = Cell("tiny_n2", 512, "blockwise", 2, "3:1")
+
+
+@pytest.fixture(scope="module")
+def tiny_setup(tokenizer, tmp_path_factory):
+    root = tmp_path_factory.mktemp("qa_comparison")
+    source = root / "source"
+    config = RobertaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=66,
+        pad_token_id=1,
+    )
+    RobertaModel(config).save_pretrained(source)
+    tokenizer.save_pretrained(source)
+    sets = LongContextConfig(train_lengths=[512], sweep_lengths=[512, 1024], sweep_questions=4, article_questions=3)
+    build_long_context_sets(SQUAD_SAMPLE, root / "data", tokenizer, sets)
+    return root
+
+
+def _config(root, **overrides) -> ComparisonConfig:
+    fields = dict(
+        data_dir=str(root / "data"),
+        squad_file=str(SQUAD_SAMPLE),
+        source_model=str(root / "source"),
+        work_dir=str(root / "work"),
+        results_dir=str(root / "results"),
+        effective_batch_size=4,
+        train_tokens_per_batch=1024,
+        eval_tokens_per_batch=4096,
+        checkpoint_minutes=1e-6,  # a checkpoint every step
+        max_train_samples=8,
+        max_eval_samples=3,
+        baseline=TINY_CELL.name,
+        bootstrap_samples=200,
+        in_process=True,
+    )
+    return ComparisonConfig(**{**fields, **overrides})
+
+
+def test_run_end_to_end_then_resume_redoes_only_what_is_missing(tiny_setup, monkeypatch):
+    root = tiny_setup
+    config = _config(root)
+    grid = [TINY_CELL]
+    assert run_comparison(config, grid) == []
+
+    results = json.loads((root / "results" / TINY_CELL.name / "results.json").read_text())
+    sets = ["paragraph", "sweep_512", "sweep_1024", "article"]
+    assert list(results["sets"]) == sets and results["finished"] and results["train"]["finished"]
+    for name in sets:
+        measured = results["sets"][name]
+        assert measured["questions"] == 3 and measured["peak_rss_mb"] > 0 and measured["seconds_per_question"] >= 0
+        # the per-question scores average to what run_qa's metric reported
+        assert (measured["exact_match"], measured["f1"]) == (measured["metric_exact_match"], measured["metric_f1"])
+    assert (
+        results["recipe"]["per_device_train_batch_size"] == 2 and results["recipe"]["gradient_accumulation_steps"] == 2
+    )
+    # The recipe's attention dropout (0) replaces the source's (0.1) in fine-tuning.
+    trained = json.loads((root / "work" / "cells" / TINY_CELL.name / "train" / "model" / "config.json").read_text())
+    assert results["recipe"]["attention_probs_dropout_prob"] == trained["attention_probs_dropout_prob"] == 0.0
+    assert json.loads((root / "source" / "config.json").read_text())["attention_probs_dropout_prob"] == 0.1
+    # N = 512 reads position rows past the 64 the source was trained on: the results say how many it trained.
+    assert results["source_model"]["sequence_length"] == 64
+    # The training loss run_qa logged is copied (none here: fewer steps than its logging interval).
+    assert results["train"]["loss_curve"] == []
+    scores = json.loads((root / "results" / TINY_CELL.name / "scores.json").read_text())
+    questions = json.loads((root / "results" / "questions.json").read_text())
+    assert len(scores["article"]["f1"]) == 3 and len(questions["article"]["ids"]) == 3
+    report = json.loads((root / "results" / "results.json").read_text())
+    assert report["finished"] == [TINY_CELL.name]
+    assert (root / "results" / "f1_vs_context_length.png").stat().st_size > 0
+    readme = (root / "results" / "README.md").read_text()
+    assert "## Results (EM / F1)" in readme and "examples/run_qa.py" in readme
+    done = plan_comparison(config, grid)[0]
+    assert (done.convert, done.train, done.eval_sets) == (False, "done", [])
+
+    # A training killed after its last checkpoint and an evaluation killed before it finished.
+    work = root / "work" / "cells" / TINY_CELL.name
+    checkpoints = sorted((work / "train" / "checkpoints").iterdir())
+    assert checkpoints, "the run should have checkpointed"
+    shutil.rmtree(work / "train" / "model")
+    (work / "eval" / "sweep_1024" / "measurements.json").unlink()
+    pending = plan_comparison(config, grid)[0]
+    assert pending.train == f"resume from step {checkpoints[-1].name.removeprefix('step_')}"
+    assert pending.eval_sets == ["sweep_1024"]
+
+    calls = []
+    run_step = comparison_runner.run_step
+
+    def recording_run_step(cfg, script, args):
+        calls.append([script, *args])
+        return run_step(cfg, script, args)
+
+    monkeypatch.setattr(comparison_runner, "run_step", recording_run_step)
+    assert run_comparison(config, grid) == []
+    assert [call[0] for call in calls] == ["run_qa.py", "run_qa.py"]  # no conversion, one training, one evaluation
+    assert "--resume" in calls[0] and "--do_train" in calls[0]
+    assert "--do_eval" in calls[1] and any(arg.endswith("sweep_1024.json") for arg in calls[1])
+    attempts = json.loads((work / "train_attempts.json").read_text())
+    assert [attempt["resumed_from"] for attempt in attempts] == [None, checkpoints[-1].name]
+    results = json.loads((root / "results" / TINY_CELL.name / "results.json").read_text())
+    assert (results["train"]["attempts"], results["train"]["resumed_attempts"]) == (2, 1)
+    # the killed attempt's time is not known: the cost table says the training time leaves it out
+    assert "h + the steps before 1 resume(s) |" in (root / "results" / "README.md").read_text()
+
+    # A run with nothing left to do rewrites the results, copying the training loss run_qa logged.
+    metrics = [{"step": 50, "epoch": 0, "loss": 5.123456, "lr": 1e-5}, {"step": 100, "epoch": 0, "loss": 4.5, "lr": 0}]
+    (work / "train" / "metrics.jsonl").write_text("".join(json.dumps(record) + "\n" for record in metrics))
+    calls.clear()
+    assert run_comparison(config, grid) == [] and calls == []
+    results = json.loads((root / "results" / TINY_CELL.name / "results.json").read_text())
+    assert results["train"]["loss_curve"] == [{"step": 50, "loss": 5.1235}, {"step": 100, "loss": 4.5}]
+    assert "| `tiny_n2` | 5.12 | 4.50 |" in (root / "results" / "README.md").read_text()
+
+    # The command line: --dry_run prints the plan and `report` rewrites the report.
+    cli = _load_cli()
+    assert cli.main(["report", *_cli_args(root)]) == 0
+    assert cli.main(["bogus"]) == 2
+
+
+def _cli_args(root):
+    return ["--data_dir", str(root / "data"), "--results_dir", str(root / "results"), "--work_dir", str(root / "work")]
+
+
+def test_dry_run_prints_the_plan_in_priority_order(tiny_setup, capsys):
+    root = tiny_setup
+    cli = _load_cli()
+    cells = ["n512_n3_8-2-2", "n512_full_seed0"]
+    assert cli.main(["run", "--dry_run", "--cells", *cells, *_cli_args(root)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.index("n512_full_seed0") < printed.index("n512_n3_8-2-2") and "Estimated total" in printed
+    assert "n1024_full" not in printed
+    plan = format_plan(_config(root), plan_comparison(_config(root, cells=cells)))
+    assert plan.splitlines()[1].startswith("n512_full_seed0")
+
+
+def test_report_without_results_and_with_a_bad_baseline_still_writes(tmp_path):
+    report = write_report(ComparisonConfig(results_dir=str(tmp_path / "results"), baseline="missing"))
+    assert report["finished"] == [] and len(report["pending"]) == len(GRID)
+    assert "## Grid" in (tmp_path / "results" / "README.md").read_text()
+
+
+def _write_cell(folder, cell: Cell, f1: list[float], test_set="sweep_512"):
+    results = {
+        "cell": {**vars(cell)},
+        "label": cell.label,
+        "train": {"finished": True, "seconds": 60.0},
+        "sets": {
+            test_set: {
+                "target_tokens": 512,
+                "exact_match": 0.0,
+                "f1": 100 * float(np.mean(f1)),
+                "seconds_per_question": 0.1,
+                "peak_rss_mb": 500.0,
+            }
+        },
+        "finished": True,
+        "commands": [f"python examples/run_qa.py --output_dir {cell.name}"],
+    }
+    scores = {test_set: {"ids_sha256": "same questions", "em": [0] * len(f1), "f1": f1}}
+    (folder / cell.name).mkdir(parents=True)
+    (folder / cell.name / "results.json").write_text(json.dumps(results))
+    (folder / cell.name / "scores.json").write_text(json.dumps(scores))
+
+
+def test_report_gives_intervals_against_the_baseline_and_the_seed_spread(tmp_path):
+    folder = tmp_path / "results"
+    baseline, other, second_seed = GRID[0], GRID[1], GRID[2]  # full seed 0, n=2 seed 0, full seed 1
+    articles = [0, 0, 1, 1, 2, 2, 3, 3]
+    _write_cell(folder, baseline, [0.5] * 8)
+    _write_cell(folder, other, [0.9] * 8)  # better on every question: the interval excludes zero
+    _write_cell(folder, second_seed, [0.5] * 8)  # the same scores: no spread
+    (folder / "questions.json").write_text(json.dumps({"sweep_512": {"article": articles, "ids": [], "titles": []}}))
+    report = write_report(ComparisonConfig(results_dir=str(folder), bootstrap_samples=300))
+    difference = report["differences_to_baseline"][other.name]["sweep_512"]["f1"]
+    assert difference["difference"] == pytest.approx(40.0) and difference["excludes_zero"]
+    assert (difference["articles"], difference["questions"]) == (4, 8)
+    spread = report["seed_spread"][second_seed.name]["sweep_512"]["f1"]
+    assert spread["low"] == spread["high"] == 0.0 and not spread["excludes_zero"]
+    readme = (folder / "README.md").read_text()
+    assert "**+40.0 [+40.0, +40.0]**" in readme and "## Seed spread" in readme
+    assert report["finished"] == [baseline.name, other.name, second_seed.name]
+
+
+def test_report_repeats_the_comparison_at_each_seed_against_the_baselines_configuration(tmp_path):
+    folder = tmp_path / "results"
+    full_0, blockwise_0, full_1, blockwise_1, long_n = GRID[:5]  # full and n=2 at seeds 0 and 1, then n=2 at N=1024
+    _write_cell(folder, full_0, [0.5] * 8)
+    _write_cell(folder, blockwise_0, [0.5] * 8)
+    _write_cell(folder, full_1, [0.2] * 8)  # a seed that trained worse
+    _write_cell(folder, blockwise_1, [0.3] * 8)  # 10 above full attention at its own seed, 20 below the baseline
+    _write_cell(folder, long_n, [0.5] * 8)  # seed 0: compared with the baseline only
+    articles = [0, 0, 1, 1, 2, 2, 3, 3]
+    (folder / "questions.json").write_text(json.dumps({"sweep_512": {"article": articles, "ids": [], "titles": []}}))
+    report = write_report(ComparisonConfig(results_dir=str(folder), bootstrap_samples=300))
+    assert report["differences_to_baseline"][blockwise_1.name]["sweep_512"]["f1"]["difference"] == pytest.approx(-20)
+    same_seed = report["differences_at_the_same_seed"]
+    assert list(same_seed) == [blockwise_1.name]
+    assert same_seed[blockwise_1.name]["sweep_512"]["f1"]["difference"] == pytest.approx(10)
+    assert report["seed_spread"][full_1.name]["sweep_512"]["f1"]["difference"] == pytest.approx(-30)
+    assert "## Differences to the baseline's configuration at the same seed" in (folder / "README.md").read_text()
+
+
+def test_report_compares_a_long_n_cell_with_full_attention_at_its_own_n(tmp_path):
+    folder = tmp_path / "results"
+    full_512, blockwise_512 = GRID[0], GRID[1]
+    blockwise_1024, paragraphs_1024 = GRID[4], GRID[5]
+    full_1024 = next(cell for cell in GRID if cell.name == "n1024_full")
+    _write_cell(folder, full_512, [0.5] * 8)
+    _write_cell(folder, blockwise_512, [0.4] * 8)  # its full-attention partner is the baseline: reported once
+    _write_cell(folder, blockwise_1024, [0.3] * 8)
+    _write_cell(folder, paragraphs_1024, [0.3] * 8)  # no full-attention cell trained on paragraphs at N=1024
+    _write_cell(folder, full_1024, [0.1] * 8)
+    articles = [0, 0, 1, 1, 2, 2, 3, 3]
+    (folder / "questions.json").write_text(json.dumps({"sweep_512": {"article": articles, "ids": [], "titles": []}}))
+    report = write_report(ComparisonConfig(results_dir=str(folder), bootstrap_samples=300))
+    same_window = report["differences_at_the_same_window"]
+    assert list(same_window) == [blockwise_1024.name]
+    assert same_window[blockwise_1024.name]["sweep_512"]["f1"]["difference"] == pytest.approx(20)
+    assert "## Differences to full attention at the same N" in (folder / "README.md").read_text()

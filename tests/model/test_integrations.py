@@ -1,0 +1,134 @@
+"""What users combine BlockBERT with: `transformers.Trainer` on every head, PEFT LoRA on the attention projections."""
+
+import copy
+
+import peft
+import pytest
+import torch
+from conftest import random_batch, tiny_config
+from transformers import Trainer, TrainingArguments
+
+from blockbert_hf import (
+    BlockBertForMaskedLM,
+    BlockBertForMultipleChoice,
+    BlockBertForQuestionAnswering,
+    BlockBertForSequenceClassification,
+    BlockBertForTokenClassification,
+)
+
+
+NUM_EXAMPLES, SEQ_LEN, NUM_CHOICES = 8, 40, 3
+
+
+def _examples(model_class) -> list[dict]:
+    """A tiny in-memory dataset with the labels each head's loss takes; lengths vary, so rows carry padding."""
+    lengths = [SEQ_LEN - 5 * (row % 4) for row in range(NUM_EXAMPLES)]
+    if model_class is BlockBertForMultipleChoice:
+        ids, mask = random_batch(lengths * NUM_CHOICES, SEQ_LEN)
+        ids, mask = ids.view(NUM_CHOICES, NUM_EXAMPLES, SEQ_LEN), mask.view(NUM_CHOICES, NUM_EXAMPLES, SEQ_LEN)
+        return [
+            {"input_ids": ids[:, row], "attention_mask": mask[:, row], "labels": torch.tensor(row % NUM_CHOICES)}
+            for row in range(NUM_EXAMPLES)
+        ]
+    ids, mask = random_batch(lengths, SEQ_LEN)
+    examples = []
+    for row, length in enumerate(lengths):
+        example = {"input_ids": ids[row], "attention_mask": mask[row]}
+        if model_class is BlockBertForMaskedLM:
+            example["labels"] = torch.where(torch.rand(SEQ_LEN) < 0.3, ids[row], -100).masked_fill(mask[row] == 0, -100)
+        elif model_class is BlockBertForTokenClassification:
+            example["labels"] = (ids[row] % 3).masked_fill(mask[row] == 0, -100)
+        elif model_class is BlockBertForQuestionAnswering:
+            example["start_positions"] = torch.tensor(row % length)
+            example["end_positions"] = torch.tensor(min(row % length + 2, length - 1))
+        else:
+            example["labels"] = torch.tensor(row % 2)
+        examples.append(example)
+    return examples
+
+
+@pytest.mark.parametrize(
+    "model_class",
+    [
+        BlockBertForMaskedLM,
+        BlockBertForQuestionAnswering,
+        BlockBertForSequenceClassification,
+        BlockBertForTokenClassification,
+        BlockBertForMultipleChoice,
+    ],
+)
+def test_trainer_trains_every_head(model_class, tmp_path):
+    model = model_class(tiny_config(num_labels=3 if model_class is BlockBertForTokenClassification else 2))
+    before = {name: parameter.detach().clone() for name, parameter in model.named_parameters()}
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=4,
+        max_steps=3,
+        learning_rate=1e-3,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+    )
+    trainer = Trainer(model=model, args=args, train_dataset=_examples(model_class))
+    trainer.train()
+
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert len(losses) == 3 and torch.isfinite(torch.tensor(losses)).all(), losses
+    unchanged = [name for name, parameter in model.named_parameters() if torch.equal(parameter, before[name])]
+    # named_parameters lists tied tensors (MLM decoder and word embeddings) once: every one of them must have moved.
+    assert not unchanged, f"{model_class.__name__}: parameters the Trainer did not update: {unchanged}"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# PEFT LoRA
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_peft_lora_on_the_attention_projections(tmp_path):
+    config = tiny_config()
+    base = BlockBertForMaskedLM(config).eval()
+    base_copy = copy.deepcopy(base)  # get_peft_model wraps `base` in place
+    input_ids, attention_mask = random_batch([SEQ_LEN, 25], SEQ_LEN)
+    labels = input_ids.masked_fill(attention_mask == 0, -100)
+    with torch.no_grad():
+        base_logits = base(input_ids, attention_mask=attention_mask).logits
+
+    lora = peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["query", "key", "value"])
+    model = peft.get_peft_model(base, lora)
+    trainable = {name for name, parameter in model.named_parameters() if parameter.requires_grad}
+    assert trainable and all(".lora_A." in name or ".lora_B." in name for name in trainable)
+    wrapped = {name.rsplit(".", 1)[-1] for name, module in model.named_modules() if hasattr(module, "lora_A")}
+    assert wrapped == {"query", "key", "value"}
+    assert len(trainable) == 2 * 3 * config.num_hidden_layers  # lora_A and lora_B of 3 projections per layer
+
+    model.train()
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    for _ in range(2):  # lora_B starts at zero: after two steps lora_A has had gradients too
+        optimizer.zero_grad()
+        loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
+        assert torch.isfinite(loss)
+        loss.backward()
+        with_gradient = {name for name, p in model.named_parameters() if p.grad is not None and p.grad.abs().sum() > 0}
+        assert with_gradient <= trainable
+        optimizer.step()
+    assert with_gradient == trainable
+
+    model.eval()
+    with torch.no_grad():
+        adapted = model(input_ids=input_ids, attention_mask=attention_mask).logits
+    assert (adapted - base_logits).abs().max() > 1e-4  # the adapters changed what the model computes
+
+    model.save_pretrained(tmp_path / "adapter")
+    assert {"adapter_config.json", "adapter_model.safetensors"} <= {p.name for p in (tmp_path / "adapter").iterdir()}
+    reloaded = peft.PeftModel.from_pretrained(base_copy, tmp_path / "adapter").eval()
+    with torch.no_grad():
+        torch.testing.assert_close(
+            reloaded(input_ids=input_ids, attention_mask=attention_mask).logits, adapted, rtol=0, atol=1e-6
+        )
+
+    merged = model.merge_and_unload()
+    assert type(merged) is BlockBertForMaskedLM and not any("lora_" in name for name, _ in merged.named_parameters())
+    with torch.no_grad():
+        merged_logits = merged(input_ids, attention_mask=attention_mask).logits
+    torch.testing.assert_close(merged_logits, adapted, rtol=0, atol=1e-5)
