@@ -24,6 +24,8 @@ $(VENV)/.installed: setup.cfg pyproject.toml Makefile
 demo: install
 	$(BIN)/python experiments/demo.py $(DEMO_ARGS)
 
+# The default suite: setup.cfg's addopts leave out the slow checks and the checks of other models' behaviour
+# (`pytest -m other_models` runs those).
 test: install
 	$(BIN)/python -m pytest -q
 
@@ -35,10 +37,11 @@ format: install
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+# Every test: the slow checks and the checks of other models too.
 test-all: install
 	$(BIN)/python -m pytest -q -m "slow or not slow"
 
-# Runs both suites on an otherwise idle machine and records their counts and wall times, which the README states.
+# Runs both suites on an otherwise idle machine and records their counts and wall times, which docs/results.md states.
 test-durations: install
 	BLOCKBERT_TEST_DURATIONS=docs/test_durations.json:test $(BIN)/python -m pytest -q
 	BLOCKBERT_TEST_DURATIONS=docs/test_durations.json:test-all $(BIN)/python -m pytest -q -m "slow or not slow"

@@ -17,7 +17,7 @@ from blockbert_benchmarks.measuring.timing import interleaved_medians
 from blockbert_benchmarks.models import bert_base_config
 from blockbert_benchmarks.reporting import print_and_write
 from blockbert_hf import BlockBertModel
-from blockbert_hf.modeling_blockbert import build_attention_layout, kernel_tiled_attention
+from blockbert_hf.modeling_blockbert import build_attention_layout, kernel_attention_on_blocks
 
 
 def model_forward(batch_size: int, seq_len: int, repeats: int, layers: int) -> dict:
@@ -41,14 +41,14 @@ OP_HEADS, OP_HEAD_DIM = 12, 64
 
 def blockwise_attention(query, key, value, layout) -> torch.Tensor:
     """BlockBERT's attention op as its self-attention layer runs it with the sdpa kernel: `(batch, L, heads,
-    head_dim)` inputs folded into tiles (a view), one kernel call per head group, the groups' outputs joined into
+    head_dim)` inputs folded into blocks (a view), one kernel call per head group, the groups' outputs joined into
     `(batch, L, heads * head_dim)`."""
     batch_size, seq_len, heads, head_dim = query.shape
-    tiled_shape = (batch_size * layout.num_tiles, layout.tile_len, heads, head_dim)
+    blocks_shape = (batch_size * layout.blocks_per_sequence, layout.block_len, heads, head_dim)
     module = torch.nn.Module()
     module.is_causal = False  # transformers' SDPA wrapper reads this; a bare module would get causal attention
-    tiles = (x.view(tiled_shape) for x in (query, key, value))
-    outputs = kernel_tiled_attention(module, *tiles, layout, "sdpa", scaling=head_dim**-0.5)
+    blocks = (x.view(blocks_shape) for x in (query, key, value))
+    outputs = kernel_attention_on_blocks(module, *blocks, layout, "sdpa", scaling=head_dim**-0.5)
     return torch.cat(outputs, dim=2).reshape(batch_size, seq_len, heads * head_dim)
 
 

@@ -5,8 +5,8 @@
     python benchmarks/compile_speed.py --quick                # tiny sizes, checks the script runs
 
 For every shape the model is built once and compiled from a cold start (torch's compile caches reset and Inductor's
-on-disk caches off; --quick keeps the on-disk caches, so that reruns take seconds): the first compiled call, which
-compiles, is timed as a user first meets it. Eager and compiled forwards then run interleaved in one process
+on-disk caches off; --quick keeps the on-disk caches, so that reruns reuse compiled kernels): the first compiled call,
+which compiles, is timed as a user first meets it. Eager and compiled forwards then run interleaved in one process
 (--repeats rounds, inference mode, seeded random ids); a recompile during the rounds is an error. Only same-run ratios
 compiled / eager are reported.
 """
@@ -14,7 +14,6 @@ compiled / eager are reported.
 import argparse
 import datetime
 import json
-import shlex
 import sys
 import time
 import warnings
@@ -23,7 +22,7 @@ from pathlib import Path
 import torch
 
 from blockbert_benchmarks.arguments import parse_grid
-from blockbert_benchmarks.measuring.machine import machine_description
+from blockbert_benchmarks.measuring.machine import machine_description, recorded_command
 from blockbert_benchmarks.measuring.timing import interleaved_medians
 from blockbert_benchmarks.models import bert_base_config
 from blockbert_benchmarks.reporting import markdown_table, print_and_write
@@ -169,7 +168,7 @@ def main(argv=None):
         torch.set_num_threads(args.threads)  # before compiling: Inductor's CPU kernels take the count when generated
         results = {
             "machine": machine_description(),
-            "command": " ".join(["python", "benchmarks/compile_speed.py", *map(shlex.quote, argv)]),
+            "command": recorded_command(["python", "benchmarks/compile_speed.py", *argv]),
             "measured_at": f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
             "args": {
                 "grid": [f"{b}x{n}" for b, n in args.grid],

@@ -1,7 +1,11 @@
 """Forward time and peak memory of BlockBERT against RoBERTa, Longformer and BigBird (the paper's Table 6, extended).
 
-    python benchmarks/inference.py           # BERT-base dims, grid 8x1024, 16x1024, 2x4096 (about 75 min on 2 cores)
-    python benchmarks/inference.py --quick   # tiny sizes, checks that the script works (seconds)
+    python benchmarks/inference.py           # BERT-base dims, grid 8x1024, 16x1024, 2x4096
+    python benchmarks/inference.py --quick   # tiny sizes, checks that the script works
+
+A run takes a fresh process per model and grid point for memory, then (--warmup + --repeats) forwards per model and
+grid point: its time grows with the models, the grid and the rounds, and falls with the threads (the forward times of
+a run are in its inference.md).
 
 For every batch x length of --grid:
 1. memory: one `*Model` forward (inference mode) per model, each in a fresh process: peak allocation above the

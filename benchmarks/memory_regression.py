@@ -1,8 +1,8 @@
 """Activation memory of a training step against the sequence length N, at a fixed number of tokens per step
 (the paper's Section 2 and Table 2, with the memory definitions of its Appendix A.2).
 
-    python benchmarks/memory_regression.py            # BERT-base dims, b x N = 4096, N = 128 ... 2048 (about 30 min)
-    python benchmarks/memory_regression.py --quick    # tiny sizes, checks that the script works (seconds)
+    python benchmarks/memory_regression.py            # BERT-base dims, b x N = 4096, N = 128 ... 2048
+    python benchmarks/memory_regression.py --quick    # tiny sizes, checks that the script works
 
 For every model and N, one AdamW step of a `*ForMaskedLM` on b = 4096 / N sequences of N tokens is measured after a
 warm-up step (so Adam's state exists): model memory = parameter bytes, optimizer memory = Adam state bytes, activation

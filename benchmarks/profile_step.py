@@ -4,9 +4,9 @@ side by side with ratios to the first model. It explains the time ratios of `tra
 blockwise attention can save is the attention part only; the dense layers and the MLM head are the same work in
 every model.
 
-    python benchmarks/profile_step.py              # training step, BERT-base, 4x1024, attention dropout 0.1 (~3 min)
+    python benchmarks/profile_step.py              # training step, BERT-base, 4x1024, attention dropout 0.1
     python benchmarks/profile_step.py --forward --shape 8x1024 --models roberta-sdpa,blockbert-n2-sdpa   # inference
-    python benchmarks/profile_step.py --quick      # tiny sizes, checks that the script works (seconds)
+    python benchmarks/profile_step.py --quick      # tiny sizes, checks that the script works
 
 Each model is profiled in a fresh process (one warm-up call, then one profiled call). Profiler overhead and a single
 call make the totals rough: compare the shares and the same-row ratios. Writes profile_train_step.{json,md} or, with

@@ -1,9 +1,12 @@
 """Time and peak memory of one training step (the efficiency columns of the paper's Table 3): BlockBERT against
 RoBERTa, Longformer and BigBird, with attention dropout 0.1 (as the paper) and 0.
 
-    python benchmarks/train_step.py            # BERT-base, 8x512 and 4x1024, dropout 0.1 and 0 (2-3 hours, 2 cores)
-    python benchmarks/train_step.py --grid 4x1024 --attention_dropouts 0.1    # the targets only (~1 hour)
-    python benchmarks/train_step.py --quick    # tiny sizes, checks that the script works (seconds)
+    python benchmarks/train_step.py            # BERT-base, 8x512 and 4x1024, dropout 0.1 and 0
+    python benchmarks/train_step.py --grid 4x1024 --attention_dropouts 0.1    # the targets only
+    python benchmarks/train_step.py --quick    # tiny sizes, checks that the script works
+
+A run's time grows with the models, the grid points, the attention dropouts and the rounds (--warmup + --repeats
+steps per model each), and falls with the threads; the step times of a run are in its train_step.md.
 
 A step is forward + backward + AdamW update of a `*ForMaskedLM` (15% of positions labelled), gradients released
 at its end. For every batch x length of --grid and every attention dropout:

@@ -16,9 +16,10 @@ blockwise flags override its config). Tokenizer: --tokenizer_name, the model's, 
 (--train_tokenizer_vocab_size), saved with the model.
 Defaults are the paper's: AdamW (0.9, 0.999, eps 1e-8), weight decay 0.01, peak lr 2.5e-4 with linear warmup and
 decay, gradient clipping 1.0, 131,072 tokens per batch (B x N, split into processes x micro-batches x accumulation).
-Outputs in --output_dir: run_args.json, metrics.jsonl (+ TensorBoard), checkpoints/step_K (atomic), final_model/,
-results.json. An output folder of another run (other arguments, or finished) is refused before any work: pass
---resume to continue from the latest checkpoint (exactly: same losses as an uninterrupted run) or
+Outputs in --output_dir: run_args.json, metrics.jsonl (+ TensorBoard), checkpoints/step_K (atomic), final_model/
+(with its Hub model card README.md: validation loss and perplexity, training loss, hyperparameters; --license sets
+its license), results.json. An output folder of another run (other arguments, or finished) is refused before any
+work: pass --resume to continue from the latest checkpoint (exactly: same losses as an uninterrupted run) or
 --overwrite_output_dir to start over. The loss turning NaN/inf stops the run; its last checkpoint stays.
 Two CPU processes: `ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes 2 examples/run_mlm.py ...`.
 All logic is in `blockbert_hf.pretraining`.

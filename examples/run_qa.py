@@ -16,7 +16,8 @@ dev set). Batches are padded per batch on the right; --group_by_length batches t
 (on SQuAD about 2.5x less padding). Mixed precision: `accelerate launch --mixed_precision bf16` (or
 --mixed_precision here).
 
-Writes OUTPUT_DIR/model (the fine-tuned model, with the QA pipeline for trust_remote_code),
+Writes OUTPUT_DIR/model (the fine-tuned model, with the QA pipeline for trust_remote_code, and its Hub model card
+README.md: the run's EM/F1, training loss and hyperparameters; --license sets its license),
 OUTPUT_DIR/checkpoints/step_N (--checkpointing_steps), metrics.jsonl (the training loss),
 OUTPUT_DIR/eval_predictions.json ({id: answer}), eval_metrics.json (SQuAD EM/F1), and for SQuAD 2.0
 eval_null_odds.json. All files are written atomically. An output folder of another run (other arguments, or a
@@ -24,7 +25,7 @@ finished one) is refused before any work: --resume continues from the latest che
 (--resume_from_checkpoint PATH from another), --overwrite_output_dir starts over.
 
 To split the SQuAD v1.1 dev set into two halves of disjoint articles:
-    python -m blockbert_hf.qa split-articles ../shared/data/squad/dev-v1.1.json.gz outputs/squad-v1.1-dev-halves
+    python -m blockbert_hf.qa split-articles path/to/dev-v1.1.json.gz outputs/squad-v1.1-dev-halves
 """
 
 import json

@@ -8,17 +8,20 @@
    rows the encoder was trained with; nine heads read within their block and one head per other shift reads a
    neighbouring block;
 2. fine-tunes it for extractive QA for one epoch on the bundled SQuAD v1.1 articles (`examples/run_qa.py`, run as
-   printed: windows of 256 tokens, about 6 minutes on 2 cores). Paragraphs fit in one block, where the heads with a
-   shift see no keys and output zero: fine-tuning trains the nine in-block heads;
+   printed: windows of 256 tokens; its time grows with the training questions and the epochs, and shrinks with the
+   CPU threads). Paragraphs fit in one block, where the heads with a shift see no keys and output zero: fine-tuning
+   trains the nine in-block heads;
 3. loads the saved folder with `pipeline("question-answering", model=folder, trust_remote_code=True)` and answers
    the questions of a held-out article (not trained on) twice: over each question's own paragraph, and over the whole
    article (thousands of tokens, read in windows of N tokens); prints examples and EM/F1;
 4. with the same weights over the same document, times one forward of full attention against BlockBERT n = 2 and
    n = 4 and measures its peak memory, as same-run ratios, with the eager and sdpa kernels;
-5. writes `results.json` and a model card (`README.md` in the model folder) from it, and prints where everything is.
+5. writes `results.json` (its paths relative to the repository, its commands naming the installed MiniLM
+   `$MINILM`) and a model card (`README.md` in the model folder) from it, and prints where everything is.
 
-Bigger data and longer runs: `--train_file ../shared/data/squad/dev-v1.1.json.gz` (the held-out article is left out
-of training), `--num_train_epochs 2`, `--max_document_questions 0` (every held-out question over the whole article).
+Bigger data and longer runs: the whole SQuAD v1.1 dev set (dev-v1.1.json.gz, CC BY-SA 4.0), `--train_file
+path/to/dev-v1.1.json.gz` (the held-out article is left out of training), `--num_train_epochs 2`,
+`--max_document_questions 0` (every held-out question over the whole article).
 Logic: blockbert_experiments.demo; the conversion and the fine-tuning are the example scripts themselves.
 """
 
@@ -37,17 +40,20 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported:
 import torch  # noqa: E402
 from transformers import HfArgumentParser  # noqa: E402
 
-from blockbert_benchmarks.measuring.machine import machine_description  # noqa: E402
 from blockbert_experiments.demo import (  # noqa: E402
     conversion_outcome,
     evaluate_held_out,
     format_report,
+    machine_description,
     measure_attention_cost,
     read_held_out_article,
+    recorded_arguments,
+    recorded_command,
+    recorded_path,
     training_outcome,
     write_training_file,
 )
-from blockbert_experiments.minilm import installed_minilm  # noqa: E402
+from blockbert_experiments.minilm import MINILM_VARIABLE, installed_minilm  # noqa: E402
 from blockbert_experiments.model_cards import demo_card, write_card  # noqa: E402
 from blockbert_hf.saving import sha256_of_file, write_file_atomically, write_json_atomically  # noqa: E402
 from blockbert_hf.training import HelpFormatter  # noqa: E402
@@ -94,14 +100,16 @@ def build_parser() -> HfArgumentParser:
     return HfArgumentParser(DemoArguments, description=__doc__, formatter_class=HelpFormatter)
 
 
-def run_script(script: str, arguments: list[str]) -> str:
-    """Runs one of the example scripts as a user would (printed first); returns the command as printed."""
-    shown = shlex.join(["python", f"examples/{script}", *arguments])
+def run_script(script: str, arguments: list[str], names: dict[str, Path] | None = None) -> str:
+    """Runs one of the example scripts as a user would (printed first); returns the command as the results record it
+    (`recorded_command`: the folders of `names` named, the other paths relative to the repository or by name)."""
+    words = ["python", f"examples/{script}", *arguments]
+    shown = shlex.join(words)
     print(f"\n$ {shown}\n", flush=True)
     completed = subprocess.run([sys.executable, str(REPO_ROOT / "examples" / script), *arguments], check=False)
     if completed.returncode != 0:
         sys.exit(f"demo: `{shown}` failed with exit status {completed.returncode} (its messages are above).")
-    return shown
+    return recorded_command(words, names)
 
 
 def shown_path(path: Path) -> str:
@@ -147,6 +155,7 @@ def main(argv=None) -> int:
         "convert_roberta_to_blockbert.py",
         [shown_path(source), str(converted), "--num_blocks", str(args.num_blocks), "--heads", args.heads_per_shift]
         + ["--max_seq_length", str(args.max_seq_length), "--overwrite"],
+        names=None if args.source_model else {MINILM_VARIABLE: source},
     )
     train_started = time.perf_counter()
     train_command = run_script(
@@ -168,13 +177,13 @@ def main(argv=None) -> int:
     )
     results = {
         "kind": RESULTS_KIND,
-        "command": shlex.join(["python", "experiments/demo.py", *(sys.argv[1:] if argv is None else argv)]),
-        "arguments": asdict(args),
+        "command": recorded_command(["python", "experiments/demo.py", *(sys.argv[1:] if argv is None else argv)]),
+        "arguments": recorded_arguments(asdict(args)),
         "machine": machine_description(),
-        "source_model": {"path": shown_path(source), "sha256": source_sha256(source)},
-        "conversion": {"command": convert_command, "folder": str(converted), **conversion_outcome(converted)},
+        "source_model": {"path": recorded_path(source), "sha256": source_sha256(source)},
+        "conversion": {"command": convert_command, "folder": recorded_path(converted), **conversion_outcome(converted)},
         "model": {
-            "folder": str(model_folder),
+            "folder": recorded_path(model_folder),
             "max_seq_length": args.max_seq_length,
             "num_blocks": args.num_blocks,
             "heads_per_shift": args.heads_per_shift,

@@ -1,20 +1,27 @@
 """The pre-training comparison: full attention (two seeds) vs BlockBERT n=2 [3,1] and n=3 [2,1,1], one after the
 other, at an equal token budget; writes a results table (markdown + JSON).
 
-    python experiments/pretraining_comparison.py --output_dir outputs/pretraining-comparison
+    python experiments/pretraining_comparison.py --output_dir outputs/pretraining-comparison \\
+        --train_files path/to/pg1342.txt.gz path/to/pg2600.txt.gz path/to/pg1399.txt.gz path/to/pg2554.txt.gz \\
+            path/to/wiki.valid.tokens.gz \\
+        --validation_files path/to/wiki.test.raw.gz
 
-Setup (defaults): a 4-layer, hidden-256, 4-head model with N = 512 trained from scratch on ../shared/data/corpus
-(the four Gutenberg novels and WikiText-2 *valid*), validated on the held-out WikiText-2 *test* (raw); documents end
-at files and WikiText article titles; one byte-level BPE tokenizer (8,192 tokens) trained once on the training
-text and shared by all runs; 2,048 tokens per batch (4 sequences of 512), 3,072 steps = 6,291,456 tokens per run.
-The peak learning rate is 5e-4 instead of the paper's 2.5e-4 (which assumes 131,072-token batches and far longer
-runs); every other optimizer setting is the paper's. (A first try with 8,192-token batches, 192 steps and lr 1e-3
-stayed on the unigram plateau: validation perplexity about 2,300 with full attention, which compares nothing.)
+Data (plain text, .gz or not): the training text of the committed comparison is four Project Gutenberg novels
+(public domain: Pride and Prejudice #1342, War and Peace #2600, Anna Karenina #1399, Crime and Punishment #2554) and
+the WikiText-2 validation split (tokenized, `wiki.valid.tokens`; CC BY-SA 3.0); the held-out text is the WikiText-2
+test split (raw, `wiki.test.raw`; CC BY-SA 3.0). Documents end at files and WikiText article titles.
+
+Setup (defaults): a 4-layer, hidden-256, 4-head model with N = 512 trained from scratch; one byte-level BPE tokenizer
+(8,192 tokens) trained once on the training text and shared by all runs; 2,048 tokens per batch (4 sequences of 512),
+3,072 steps = 6,291,456 tokens per run. The peak learning rate is 5e-4 instead of the paper's 2.5e-4 (which assumes
+131,072-token batches and far longer runs); every other optimizer setting is the paper's. The budget goes to many small
+batches: with 8,192-token batches, 192 steps and lr 1e-3, full attention stays on the unigram plateau (validation
+perplexity about 2,300), which compares nothing.
 Each run is `accelerate launch examples/run_mlm.py ...`; a run whose results.json exists is skipped and an
 interrupted one resumes from its last checkpoint, so the command can simply be started again (with the same
-options: other options for the same --output_dir are refused, unless --overwrite_output_dir starts over). Expect
-about 22 minutes per run on an idle 2-core machine (about 4,800 training tokens/s were measured for full attention),
-so 1.5 hours for the four; tokens/s is only comparable between runs made on the same, otherwise idle machine.
+options: other options for the same --output_dir are refused, unless --overwrite_output_dir starts over). A run's
+time is its token budget over the training speed (tokens/s, in its results.json), which depends on the machine and
+its CPU threads; tokens/s is only comparable between runs made on the same, otherwise idle machine.
 """
 
 import json
@@ -44,12 +51,6 @@ from blockbert_hf.training import HelpFormatter, check_output_dir, claim_output_
 
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-CORPUS = REPO_ROOT.parent / "shared" / "data" / "corpus"
-DEFAULT_TRAIN_FILES = [
-    *(str(CORPUS / "gutenberg" / f"pg{book}.txt.gz") for book in (1342, 2600, 1399, 2554)),
-    str(CORPUS / "wikitext-2" / "wiki.valid.tokens.gz"),
-]
-DEFAULT_VALIDATION_FILES = [str(CORPUS / "wikitext-2" / "wiki.test.raw.gz")]
 
 
 def prepare_comparison_folder(args: ComparisonArguments) -> None:
@@ -77,8 +78,6 @@ def build_parser() -> HfArgumentParser:
 
 def main(argv=None):
     (args,) = build_parser().parse_args_into_dataclasses(args=argv)
-    args.train_files = args.train_files or DEFAULT_TRAIN_FILES
-    args.validation_files = args.validation_files or DEFAULT_VALIDATION_FILES
     if not args.dry_run:
         prepare_comparison_folder(args)
     finished = []

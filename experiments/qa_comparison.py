@@ -3,15 +3,16 @@ fixed and blockwise attention at N = 512, 1024 and 2048, fine-tuned with one rec
 test sets (see docs/qa_comparison/README.md).
 
     python experiments/qa_comparison.py run --dry_run     # the plan: what each cell still needs, time estimates
-    python experiments/qa_comparison.py run               # every cell, in priority order (resumes where it stopped)
+    python experiments/qa_comparison.py run --squad_file path/to/dev-v1.1.json.gz   # every cell, in priority order
     python experiments/qa_comparison.py run --cells n512_full_seed0 n512_n2_10-2_seed0
     python experiments/qa_comparison.py report            # table, plot, intervals from the cells finished so far
 
 `run` can be interrupted at any time and started again: converted models are cached, finished trainings and
-evaluations are skipped, an interrupted training resumes from its last checkpoint (about every 5 minutes) and an
-interrupted evaluation redoes only its missing sets. Large files go to --work_dir (default ../runs/qa_comparison),
-results and the report to --results_dir (default docs/qa_comparison). Needs the sets of
-experiments/build_long_context_qa.py in --data_dir (default ../runs/long_qa_data).
+evaluations are skipped, an interrupted training resumes from its last checkpoint (one about every
+--checkpoint_minutes of training) and an interrupted evaluation redoes only its missing sets. Large files go to
+--work_dir (default outputs/qa_comparison), results and the report to --results_dir (default docs/qa_comparison).
+Needs the sets of experiments/build_long_context_qa.py in --data_dir (default outputs/long_qa_data), built from SQuAD
+v1.1 dev (dev-v1.1.json.gz, CC BY-SA 4.0); the cell trained on paragraphs also needs that file itself, --squad_file.
 """
 
 import argparse
@@ -61,10 +62,14 @@ def main(argv=None) -> int:
         report = write_report(config)
         print(f"Report of {len(report['cells'])} cell(s) written to {config.results_dir}/README.md")
         return 0
-    if config.dry_run:
-        print(format_plan(config, plan_comparison(config)))
-        return 0
-    failed = run_comparison(config)
+    try:
+        if config.dry_run:
+            print(format_plan(config, plan_comparison(config)))
+            return 0
+        failed = run_comparison(config)
+    except (FileNotFoundError, ValueError) as error:  # a missing or wrong input: its reason, not a traceback
+        print(f"qa_comparison.py: {error}", file=sys.stderr)
+        return 2
     if failed:
         print(f"Failed cells (see the log above): {', '.join(failed)}", file=sys.stderr)
         return 1

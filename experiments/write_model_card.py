@@ -3,7 +3,7 @@
 A fine-tuned model of the long-context QA comparison: its trained folder and the cell's results file.
 
     python experiments/write_model_card.py --name minilm-blockbert-n2-512-longqa \\
-        --model_dir ../runs/qa_comparison/cells/n512_n2_10-2_seed0/train/model \\
+        --model_dir outputs/qa_comparison/cells/n512_n2_10-2_seed0/train/model \\
         --results_file docs/qa_comparison/n512_n2_10-2_seed0/results.json
 
 The model `make demo` fine-tuned: its folder and the demo's results file.
@@ -17,8 +17,8 @@ blockbert-base-n3, or all):
     python experiments/write_model_card.py --recipes all
 
 Each card goes to OUTPUT_DIR/<name>/README.md (written atomically; a card there is regenerated). Every number in a
-measured card is read from the results file, whose path the card records; run the command from the repository root so
-that the path is relative to it. Logic: blockbert_experiments.model_cards.
+measured card is read from the results file, whose path the card records relative to the repository (a file
+elsewhere: relative to the current folder, else by its name alone). Logic: blockbert_experiments.model_cards.
 """
 
 import logging

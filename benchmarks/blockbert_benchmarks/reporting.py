@@ -1,14 +1,14 @@
 """The results files: the header every results markdown starts with (command, date, machine), markdown tables, the
 comparison and targets tables of `inference.py` and `train_step.py`, their plot, and the `.json`/`.md`/`.png` they
-write (atomically, with `blockbert_hf.saving`)."""
+write (atomically, with `blockbert_hf.saving`). Commands and paths are recorded as `measuring.machine` records them:
+relative to the repository, never as folders of the machine that ran them."""
 
 import datetime
 import json
-import shlex
 import sys
 from pathlib import Path
 
-from blockbert_benchmarks.measuring.machine import machine_description
+from blockbert_benchmarks.measuring.machine import machine_description, recorded_command, recorded_path
 from blockbert_benchmarks.measuring.memory import GIB
 from blockbert_benchmarks.measuring.timing import median_paired_ratio
 from blockbert_hf.saving import write_file_atomically
@@ -28,8 +28,9 @@ def markdown_table(headers: list[str], rows: list[list]) -> str:
 
 
 def results_header(title: str, script: str, argv: list[str], notes: list[str]) -> str:
-    """Title, the command that produced the file, date, machine, and notes: the top of every results markdown."""
-    command = " ".join(["python", script, *(shlex.quote(argument) for argument in argv)])
+    """Title, the command that produced the file (`recorded_command`), date, machine, and notes: the top of every
+    results markdown."""
+    command = recorded_command(["python", script, *argv])
     lines = [
         f"# {title}",
         "",
@@ -135,8 +136,12 @@ def print_and_write(results: dict, markdown: str, json_path: str | None, markdow
 
 
 def run_arguments(args) -> dict:
-    """The parsed arguments as a results file records them (the parsed candidates are recorded by their keys)."""
-    return {key: value for key, value in vars(args).items() if key != "candidates"}
+    """The parsed arguments as a results file records them: the parsed candidates by their keys (`models`), the output
+    folder as `recorded_path` records it."""
+    recorded = {key: value for key, value in vars(args).items() if key != "candidates"}
+    if recorded.get("output_dir") is not None:
+        recorded["output_dir"] = recorded_path(recorded["output_dir"])
+    return recorded
 
 
 def write_report(

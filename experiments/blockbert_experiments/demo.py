@@ -23,6 +23,11 @@ import torch
 from tqdm.auto import tqdm
 from transformers import AutoTokenizer, pipeline
 
+from blockbert_benchmarks.measuring.machine import (  # noqa: F401 (the script records the machine and its commands)
+    machine_description,
+    recorded_command,
+    recorded_path,
+)
 from blockbert_benchmarks.measuring.memory import track_peak_memory
 from blockbert_benchmarks.measuring.timing import interleaved_medians
 from blockbert_hf.conversion import REPORT_FILE, with_blockwise_fields
@@ -34,6 +39,8 @@ from blockbert_hf.training import METRICS_FILE, RUN_ARGS_FILE, read_metrics
 
 # Answers longer than this many tokens are not proposed (run_qa's default, so training and demo score alike).
 MAX_ANSWER_TOKENS = 30
+# The demo's options that are paths: its results record them as `recorded_path` does.
+PATH_ARGUMENTS = ("output_dir", "source_model", "train_file", "held_out_file")
 
 
 @dataclass
@@ -96,13 +103,23 @@ def conversion_outcome(converted_folder: str | os.PathLike) -> dict:
     }
 
 
+def recorded_arguments(arguments: Mapping) -> dict:
+    """The demo's options as its results record them: the paths among them (`PATH_ARGUMENTS`) as `recorded_path`
+    records them, relative to the repository or by name, never as folders of the machine that ran it."""
+    return {
+        key: recorded_path(value) if key in PATH_ARGUMENTS and value is not None else value
+        for key, value in arguments.items()
+    }
+
+
 def training_outcome(run_folder: str | os.PathLike) -> dict:
-    """The recipe a `run_qa` fine-tuning ran with (its `run_args.json`) and its last logged training loss."""
+    """The recipe a `run_qa` fine-tuning ran with (its `run_args.json`; the training file as `recorded_path` records
+    it) and its last logged training loss."""
     run_folder = Path(run_folder)
     arguments = json.loads((run_folder / RUN_ARGS_FILE).read_text(encoding="utf-8"))
     losses = [record["loss"] for record in read_metrics(run_folder / METRICS_FILE) if "loss" in record]
     return {
-        "data_file": arguments["train_file"],
+        "data_file": recorded_path(arguments["train_file"]),
         "max_seq_length": arguments["max_seq_length"],
         "doc_stride": arguments["doc_stride"],
         "num_train_epochs": arguments["num_train_epochs"],

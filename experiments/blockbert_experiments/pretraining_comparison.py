@@ -26,13 +26,16 @@ DEFAULT_LAUNCHER = "accelerate launch --num_processes 1 --num_machines 1 --cpu -
 class ComparisonArguments:
     """Options of `experiments/pretraining_comparison.py`."""
 
+    train_files: list[str] = field(
+        metadata={
+            "help": "training text, e.g. the committed comparison's: four Project Gutenberg novels (public domain) "
+            "and WikiText-2 valid (CC BY-SA 3.0), path/to/pg1342.txt.gz ... path/to/wiki.valid.tokens.gz"
+        }
+    )
+    validation_files: list[str] = field(
+        metadata={"help": "held-out text, e.g. WikiText-2 test, raw (CC BY-SA 3.0): path/to/wiki.test.raw.gz"}
+    )
     output_dir: str = field(default="outputs/pretraining-comparison", metadata={"help": "tokenizer/, RUN/, table"})
-    train_files: list[str] | None = field(
-        default=None, metadata={"help": "training text (default: four Gutenberg novels and WikiText-2 valid)"}
-    )
-    validation_files: list[str] | None = field(
-        default=None, metadata={"help": "held-out text (default: WikiText-2 test, raw)"}
-    )
     vocab_size: int = field(default=8192, metadata={"help": "of the byte-level BPE tokenizer all runs share"})
     max_seq_length: int = 512
     max_train_tokens: int = field(default=6_291_456, metadata={"help": "the equal budget, B x N tokens"})

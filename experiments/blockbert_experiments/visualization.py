@@ -82,7 +82,7 @@ def plot_attention_masks(heads_per_shift: str | list[int], sequence_length: int 
     counts = parse_heads_per_shift(heads_per_shift)
     mask = blockwise_attention_mask(counts, sequence_length)
     num_blocks, num_heads = len(counts), sum(counts)
-    block_size = _tiny_config(counts, sequence_length).block_size
+    block_size = _tiny_config(counts, sequence_length).effective_block_size
     shifts = [shift for shift, count in enumerate(counts) if count > 0]
     first_head = {shift: sum(counts[:shift]) for shift in shifts}
 

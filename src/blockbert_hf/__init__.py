@@ -18,6 +18,7 @@ from .modeling_blockbert import (
     BlockBertForTokenClassification,
     BlockBertModel,
     BlockBertPreTrainedModel,
+    blockwise_attention,
     blockwise_attentions_to_dense,
     partner_block,
     sparse_fixed_pattern,
@@ -25,7 +26,7 @@ from .modeling_blockbert import (
 from .pipeline_question_answering import ExtractiveQuestionAnsweringPipeline
 
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 AutoConfig.register(BlockBertConfig.model_type, BlockBertConfig, exist_ok=True)
 for _auto_class, _target in modeling_blockbert.AUTO_MAP.items():
@@ -46,6 +47,7 @@ __all__ = [
     "BlockBertModel",
     "BlockBertPreTrainedModel",
     "ExtractiveQuestionAnsweringPipeline",
+    "blockwise_attention",
     "blockwise_attentions_to_dense",
     "default_heads_per_shift",
     "parse_heads_per_shift",

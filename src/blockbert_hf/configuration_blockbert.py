@@ -91,11 +91,12 @@ class BlockBertConfig(PreTrainedConfig):
         num_blocks (`int`, *optional*, defaults to 2):
             `n`, the number of blocks each sequence is split into. `n = 1` is exactly RoBERTa's full attention.
         block_size (`int`, *optional*):
-            `b`, tokens per block; may be set larger than `ceil(N / n)`, never so small that `n * b < N`. Left unset
-            (`None`, saved as `null`), it is derived as `ceil(N / n)` from the *current* `N` and `n` whenever it is
-            read, so changing `num_blocks` or `max_position_embeddings` later (or in `from_pretrained(...,
-            num_blocks=4)`) changes it too. Reading `config.block_size` always gives the effective int;
-            `config.block_size_is_set` says whether the user fixed it.
+            `b`, tokens per block, if you fix it: it may be larger than `ceil(N / n)`, never so small that `n * b < N`.
+            Left unset, the block size in use is derived as `ceil(N / n)` from the *current* `N` and `n` each time it
+            is needed, so changing `num_blocks` or `max_position_embeddings` later (or in `from_pretrained(...,
+            num_blocks=4)`) changes it too. Attribute reads and `to_dict()` (hence `config.json`) give the field as
+            set: an int, or `None` (`null`) when unset. `config.effective_block_size` gives the block size in use,
+            always an int.
         heads_per_shift (`list[int]` or `str`, *optional*):
             One head count per shift, summing to `num_attention_heads`: the first `heads_per_shift[0]` heads use shift
             0 (query block `i` attends key block `i`), the next `heads_per_shift[1]` heads shift 1 (block `i` attends
@@ -107,8 +108,8 @@ class BlockBertConfig(PreTrainedConfig):
             paper's RoBERTa-1seq baseline) or `"sparse_fixed"` (the paper's SparseBERT baseline: Child et al.'s fixed
             pattern, applied as a dense mask, so it costs as much as full attention).
             This is independent of `attn_implementation` (`"eager"`, `"sdpa"`, ...), which chooses *which kernel*
-            computes the attention tiles: every pattern runs on every kernel and gives the same result.
-            `"blockwise"` folds the `n` blocks into the batch dimension and calls the kernel on `b x b` tiles, so
+            computes the attention: every pattern runs on every kernel and gives the same result. `"blockwise"` folds
+            the `n` blocks into the batch dimension, so the kernel computes `b x b` scores for each block and head and
             attention memory and FLOPs are `N^2 / n`; no `N x N` score matrix is ever built.
         sparse_stride (`int`, *optional*, defaults to 128):
             `l` of the `"sparse_fixed"` pattern.
@@ -132,8 +133,8 @@ class BlockBertConfig(PreTrainedConfig):
     >>> from blockbert_hf import BlockBertConfig, BlockBertModel
 
     >>> config = BlockBertConfig(num_blocks=3, heads_per_shift="8:2:2", max_position_embeddings=1026)
-    >>> config.max_sequence_length, config.block_size
-    (1024, 342)
+    >>> config.max_sequence_length, config.block_size, config.effective_block_size
+    (1024, None, 342)
     >>> model = BlockBertModel(config)
     ```"""
 
@@ -178,17 +179,12 @@ class BlockBertConfig(PreTrainedConfig):
         # It is not a `validate_*` method: @strict would run it a second time and wrap the ValueError.
         self.check_blockwise_fields()
 
-    def __getattribute__(self, key):
-        value = super().__getattribute__(key)
-        if key == "block_size" and value is None:
-            # Unset: derived from the current N and n each time it is read (see the `block_size` argument).
-            return math.ceil(self.max_sequence_length / self.num_blocks)
-        return value
-
     @property
-    def block_size_is_set(self) -> bool:
-        """Whether `block_size` was set by the user (kept as is) rather than derived as `ceil(N / n)`."""
-        return self.__dict__.get("block_size") is not None
+    def effective_block_size(self) -> int:
+        """`b`, the block size in use: `block_size` if set, else `ceil(N / n)` from the current `N` and `n`."""
+        if self.block_size is not None:
+            return self.block_size
+        return math.ceil(self.max_sequence_length / self.num_blocks)
 
     @classmethod
     def from_dict(cls, config_dict, **kwargs):
@@ -244,7 +240,7 @@ class BlockBertConfig(PreTrainedConfig):
                 f"max_position_embeddings={self.max_position_embeddings} leaves no room for tokens with "
                 f"position_embedding_style={self.position_embedding_style!r}."
             )
-        n, b, length = self.num_blocks, self.block_size, self.max_sequence_length
+        n, b, length = self.num_blocks, self.effective_block_size, self.max_sequence_length
         if b < 1 or n * b < length:
             raise ValueError(
                 f"num_blocks * block_size = {n} * {b} = {n * b} is smaller than the sequence length N = {length}: "

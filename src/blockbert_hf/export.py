@@ -1,6 +1,6 @@
 """Exporting BlockBERT: `torch.export` programs and ONNX files valid for every batch size and every length up to N.
 
-A traced BlockBERT always lays attention out as `n` tiles of `b` tokens (docs/attention.md, "Tracing and export"), so
+A traced BlockBERT always lays attention out as `n` blocks of `b` tokens (docs/attention.md, "Tracing and export"), so
 one program serves every length. A program cannot raise on tensor values, so inputs are checked on the host:
 `check_inputs` before every call (`OnnxBlockBert` does it for you).
 
@@ -159,7 +159,7 @@ class OnnxBlockBert:
 
 def verification_lengths(config: BlockBertConfig) -> list[int]:
     """Lengths around the block boundaries and the limit: 2, b - 1, b, b + 1, N - 1, N (those within 2..N)."""
-    b, max_len = config.block_size, config.max_sequence_length
+    b, max_len = config.effective_block_size, config.max_sequence_length
     return sorted({length for length in (2, b - 1, b, b + 1, max_len - 1, max_len) if 2 <= length <= max_len})
 
 

@@ -14,17 +14,18 @@
 """PyTorch BlockBERT: RoBERTa with blockwise self-attention (Qiu et al., 2020).
 
 What the model computes is explained in docs/attention.md. In short, every head splits the sequence into
-`n = config.num_blocks` blocks of `b = config.block_size` tokens and lets query block `i` attend only key block
-`partner_block(i, s, n) = (i + s) mod n`, where `s` is the head's shift (`config.heads_per_shift`).
+`n = config.num_blocks` blocks of `b = config.effective_block_size` tokens and lets query block `i` attend only key
+block `partner_block(i, s, n) = (i + s) mod n`, where `s` is the head's shift (`config.heads_per_shift`).
+`blockwise_attention` is the same rule as a dense masked softmax, the reference the model's path is checked against.
 
-This file is copied next to saved checkpoints (`trust_remote_code`), so it imports nothing from `blockbert_hf`.
+This file is copied next to saved checkpoints (`trust_remote_code`) with the files it imports relatively
+(`configuration_blockbert.py`, `saving.py`), so it imports nothing else from `blockbert_hf`.
 """
 
 import copy
 import math
 import os
 import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -49,7 +50,9 @@ from transformers.utils import TransformersKwargs, auto_docstring, logging, try_
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
+# Relative imports only: transformers copies the files imported so into every saved folder, beside this one.
 from .configuration_blockbert import BlockBertConfig
+from .saving import atomic_directory, set_default_file_mode
 
 
 logger = logging.get_logger(__name__)
@@ -71,6 +74,24 @@ def partner_block(query_block, shift, num_blocks):
     return (query_block + shift) % num_blocks
 
 
+def blockwise_attention(query, key, value, key_is_real, head_shifts, num_blocks, block_size):
+    """Blockwise attention as the paper's dense masked formula: the reference the model is checked against.
+
+    `query`, `key`, `value`: `(batch, heads, L, head_dim)`; `key_is_real`: boolean `(batch, L)`, False for padding;
+    `head_shifts`: each head's shift (`config.head_shifts`). Returns the output `(batch, heads, L, head_dim)` and the
+    attention probabilities `(batch, heads, L, L)`. It builds the `L x L` scores, which the model never does.
+    """
+    block = torch.arange(query.shape[-2], device=query.device) // block_size
+    shifts = torch.as_tensor(head_shifts, device=query.device)[:, None, None]
+    allowed = block[None, None, :] == partner_block(block[None, :, None], shifts, num_blocks)  # (heads, t, u)
+    allowed = allowed & key_is_real[:, None, None, :]
+    scores = query @ key.transpose(-1, -2) / math.sqrt(query.shape[-1])
+    probabilities = torch.softmax(scores.masked_fill(~allowed, -math.inf), dim=-1)
+    # A query with no admissible key (an empty partner block) gets zero probabilities and output, not NaN.
+    probabilities = probabilities.masked_fill(~allowed, 0.0)
+    return probabilities @ value, probabilities
+
+
 def sparse_fixed_pattern(seq_len: int, stride: int, expressivity: int, device=None) -> torch.Tensor:
     """`(seq_len, seq_len)` boolean mask of the paper's SparseBERT baseline (docs/attention.md, "Baselines"):
     fairseq's bidirectional "fixed" pattern of Child et al. with stride `l` and expressivity `c`, True where query `t`
@@ -84,17 +105,22 @@ def sparse_fixed_pattern(seq_len: int, stride: int, expressivity: int, device=No
     return in_window | summary
 
 
+# ---------------------------------------------------------------------------------------------------------------------
+# The model's path: blocks folded into the batch dimension, one kernel call per group of heads that share a shift
+# ---------------------------------------------------------------------------------------------------------------------
+
+
 @dataclass
 class HeadGroup:
     """Heads that share one shift, and everything the kernel call for them needs (built once per forward)."""
 
     heads: slice
-    # Key tile used by each query tile; None when it is the tile itself (no copy needed).
+    # Key block used by each query block; None when it is the block itself (no copy needed).
     partner: list[int] | None
-    # Boolean, True where the query may attend the key; broadcasts to (batch * tiles, 1, queries, keys); None: all.
+    # Boolean, True where the query may attend the key; broadcasts to (batch * blocks, 1, queries, keys); None: all.
     mask: torch.Tensor | None
-    # Boolean (batch * tiles, queries or 1): True where a query has no admissible key. Such queries attend their whole
-    # tile inside the kernel (so no backend ever sees a fully masked row and produces NaN) and then get zero output.
+    # Boolean (batch * blocks, queries or 1): True where a query has no admissible key. Such queries attend their whole
+    # block inside the kernel (so no backend ever sees a fully masked row and produces NaN) and then get zero output.
     empty: torch.Tensor | None
     # `mask` as flex_attention's `BlockMask` (only with attn_implementation="flex_attention").
     flex_mask: object | None = None
@@ -102,14 +128,17 @@ class HeadGroup:
 
 @dataclass
 class AttentionLayout:
-    """How one batch is cut into tiles for the attention kernel: `num_tiles` tiles of `tile_len` tokens per sequence
-    (the input is padded to `num_tiles * tile_len` inside attention only)."""
+    """How one batch is cut into blocks for the attention kernel: each sequence is padded (inside attention only) to
+    `blocks_per_sequence` blocks of `block_len` tokens. Blockwise: the `ceil(L / b)` blocks of `b` tokens the input
+    fills, or one block of `L` tokens when `L <= b`; when traced, always the `n` blocks of `b` tokens. Dense patterns:
+    one block of `L` tokens."""
 
-    tile_len: int
-    num_tiles: int
+    block_len: int
+    blocks_per_sequence: int
     groups: list[HeadGroup]
     blockwise: bool
-    # Whether q, k, v are padded from `seq_len` to `num_tiles * tile_len` (always when traced: the padding is symbolic).
+    # Whether q, k, v are padded from `seq_len` to `blocks_per_sequence * block_len` (always when traced: the padding
+    # is symbolic).
     pads_input: bool = False
     # Whether attention weights are wanted (`output_attentions`, eager kernel).
     return_weights: bool = False
@@ -124,8 +153,9 @@ def _is_traced() -> bool:
 
 
 def _masks_for_group(allowed: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """From `allowed` (batch * tiles, queries or 1, keys), True where a query may attend a key, returns `HeadGroup`'s
-    `(empty, mask)`; in eager mode each is None when it would select nothing (so kernels can skip the mask)."""
+    """From `allowed` (batch * blocks, queries or 1, keys), True where a query may attend a key, returns
+    `HeadGroup`'s `(empty, mask)`; in eager mode each is None when it would select nothing (so kernels can skip the
+    mask)."""
     empty = ~allowed.any(dim=-1)
     mask = (allowed | empty[..., None])[:, None]
     if _is_traced():
@@ -134,27 +164,27 @@ def _masks_for_group(allowed: torch.Tensor) -> tuple[torch.Tensor | None, torch.
 
 
 # torch's compiled CPU flex_attention gives wrong results for some lengths that are not a multiple of 16 (8, 24, 40,
-# ... with torch 2.13), so flex_attention runs on tiles padded to a multiple of 16 (padded keys masked out).
+# ... with torch 2.13), so flex_attention runs on blocks padded to a multiple of 16 (padded keys masked out).
 FLEX_LENGTH_MULTIPLE = 16
 
 
-def _flex_padded_length(tile_len: int) -> int:
-    return math.ceil(tile_len / FLEX_LENGTH_MULTIPLE) * FLEX_LENGTH_MULTIPLE
+def _flex_padded_length(block_len: int) -> int:
+    return math.ceil(block_len / FLEX_LENGTH_MULTIPLE) * FLEX_LENGTH_MULTIPLE
 
 
-def _as_flex_block_mask(mask: torch.Tensor | None, rows: int, tile_len: int, device):
+def _as_flex_block_mask(mask: torch.Tensor | None, rows: int, block_len: int, device):
     """flex_attention takes masks as a `BlockMask`: built here from a boolean (rows, 1, queries or 1, keys) mask (None:
-    every key) on tiles padded to `_flex_padded_length(tile_len)`. None when nothing is masked."""
+    every key) on blocks padded to `_flex_padded_length(block_len)`. None when nothing is masked."""
     from torch.nn.attention.flex_attention import create_block_mask
 
-    padded_len = _flex_padded_length(tile_len)
+    padded_len = _flex_padded_length(block_len)
     if mask is None:
-        if padded_len == tile_len:
+        if padded_len == block_len:
             return None
-        mask = torch.ones(rows, 1, 1, tile_len, dtype=torch.bool, device=device)
+        mask = torch.ones(rows, 1, 1, block_len, dtype=torch.bool, device=device)
     if mask.shape[2] != 1:  # padded queries attend the real keys (their outputs are dropped)
-        mask = nn.functional.pad(mask, (0, 0, 0, padded_len - tile_len), value=True)
-    mask = nn.functional.pad(mask, (0, padded_len - tile_len), value=False)
+        mask = nn.functional.pad(mask, (0, 0, 0, padded_len - block_len), value=True)
+    mask = nn.functional.pad(mask, (0, padded_len - block_len), value=False)
     if mask.shape[2] == 1:
 
         def mask_mod(row, head, query, key):
@@ -170,7 +200,7 @@ def _as_flex_block_mask(mask: torch.Tensor | None, rows: int, tile_len: int, dev
 def build_attention_layout(
     config: BlockBertConfig, key_is_real: torch.Tensor | None, batch_size: int, seq_len: int, device
 ) -> AttentionLayout:
-    """Precomputes the per-forward tiling and masks shared by all layers.
+    """Precomputes the per-forward blocks and masks shared by all layers.
 
     `key_is_real` is the boolean `(batch, seq_len)` attention mask, or None when every position is a real token.
     """
@@ -183,29 +213,30 @@ def build_attention_layout(
             allowed = allowed & pattern
         empty, mask = _masks_for_group(allowed)
         groups = [HeadGroup(heads=slice(0, config.num_attention_heads), partner=None, mask=mask, empty=empty)]
-        layout = AttentionLayout(tile_len=seq_len, num_tiles=1, groups=groups, blockwise=False)
+        layout = AttentionLayout(block_len=seq_len, blocks_per_sequence=1, groups=groups, blockwise=False)
     else:
         layout = _blockwise_layout(config, key_is_real, batch_size, seq_len, device)
     if config._attn_implementation == "flex_attention":
-        rows = batch_size * layout.num_tiles
+        rows = batch_size * layout.blocks_per_sequence
         for group in layout.groups:
-            group.flex_mask = _as_flex_block_mask(group.mask, rows, layout.tile_len, device)
+            group.flex_mask = _as_flex_block_mask(group.mask, rows, layout.block_len, device)
     return layout
 
 
 def _blockwise_layout(config, key_is_real, batch_size: int, seq_len: int, device) -> AttentionLayout:
     if _is_traced():
-        # One program for every length up to N: always n tiles of b tokens, so that no shape decision depends on the
+        # One program for every length up to N: always n blocks of b tokens, so that no shape decision depends on the
         # (symbolic) sequence length.
-        tile_len, num_tiles = config.block_size, config.num_blocks
+        block_len, blocks_per_sequence = config.effective_block_size, config.num_blocks
     else:
-        # An input that fits in one block is one (unpadded) tile; otherwise tiles are whole blocks.
-        tile_len = min(config.block_size, seq_len)
-        num_tiles = math.ceil(seq_len / tile_len)
-    padding = num_tiles * tile_len - seq_len
+        # An input that fits in one block is one (unpadded) block; otherwise the last block is padded.
+        block_len = min(config.effective_block_size, seq_len)
+        blocks_per_sequence = math.ceil(seq_len / block_len)
+    padding = blocks_per_sequence * block_len - seq_len
     if key_is_real is None:
         key_is_real = torch.ones(batch_size, seq_len, dtype=torch.bool, device=device)
-    key_is_real = nn.functional.pad(key_is_real, (0, padding), value=False).view(batch_size, num_tiles, tile_len)
+    key_is_real = nn.functional.pad(key_is_real, (0, padding), value=False)
+    key_is_real = key_is_real.view(batch_size, blocks_per_sequence, block_len)
 
     groups, first_head = [], 0
     for shift, count in enumerate(config.heads_per_shift):
@@ -213,35 +244,35 @@ def _blockwise_layout(config, key_is_real, batch_size: int, seq_len: int, device
         first_head += count
         if count == 0:
             continue
-        # Plain Python on tile numbers: the layout depends on the input's shape only, never on tensor values.
-        partner = [partner_block(tile, shift, config.num_blocks) for tile in range(num_tiles)]
-        past_end = [key_tile >= num_tiles for key_tile in partner]  # the partner block lies past the input's end
-        partner = [tile if beyond else key_tile for tile, (key_tile, beyond) in enumerate(zip(partner, past_end))]
+        # Plain Python on block numbers: the layout depends on the input's shape only, never on tensor values.
+        partner = [partner_block(block, shift, config.num_blocks) for block in range(blocks_per_sequence)]
+        past_end = [key_block >= blocks_per_sequence for key_block in partner]  # the partner lies past the input's end
+        partner = [block if beyond else key_block for block, (key_block, beyond) in enumerate(zip(partner, past_end))]
         allowed = key_is_real[:, partner]
         if any(past_end):
             allowed = allowed & ~torch.tensor(past_end, device=device)[None, :, None]
-        empty, mask = _masks_for_group(allowed.view(batch_size * num_tiles, 1, tile_len))
-        is_identity = partner == list(range(num_tiles))
+        empty, mask = _masks_for_group(allowed.view(batch_size * blocks_per_sequence, 1, block_len))
+        is_identity = partner == list(range(blocks_per_sequence))
         groups.append(HeadGroup(heads=heads, partner=None if is_identity else partner, mask=mask, empty=empty))
     pads_input = _is_traced() or padding != 0
-    return AttentionLayout(tile_len=tile_len, num_tiles=num_tiles, groups=groups, blockwise=True, pads_input=pads_input)
+    return AttentionLayout(block_len, blocks_per_sequence, groups, blockwise=True, pads_input=pads_input)
 
 
 def blockwise_attentions_to_dense(attentions: torch.Tensor, config: BlockBertConfig, seq_len: int) -> torch.Tensor:
     """Expands the per-block attention probabilities a blockwise model returns with `output_attentions=True`,
-    `(batch, heads, tiles, tile_len, tile_len)`, to the equivalent dense `(batch, heads, seq_len, seq_len)` matrix
+    `(batch, heads, blocks, block_len, block_len)`, to the equivalent dense `(batch, heads, seq_len, seq_len)` matrix
     (zero outside each head's admissible blocks). For inspection and tests: this *is* the `N x N` matrix."""
-    batch, num_heads, num_tiles, tile_len, _ = attentions.shape
-    dense = attentions.new_zeros(batch, num_heads, num_tiles * tile_len, num_tiles * tile_len)
+    batch, num_heads, blocks_per_sequence, block_len, _ = attentions.shape
+    dense = attentions.new_zeros(batch, num_heads, blocks_per_sequence * block_len, blocks_per_sequence * block_len)
     shifts = config.head_shifts
     for head in range(num_heads):
-        for tile in range(num_tiles):
-            key_tile = partner_block(tile, shifts[head], config.num_blocks)
-            if key_tile >= num_tiles:
+        for block in range(blocks_per_sequence):
+            key_block = partner_block(block, shifts[head], config.num_blocks)
+            if key_block >= blocks_per_sequence:
                 continue
-            rows = slice(tile * tile_len, (tile + 1) * tile_len)
-            cols = slice(key_tile * tile_len, (key_tile + 1) * tile_len)
-            dense[:, head, rows, cols] = attentions[:, head, tile]
+            rows = slice(block * block_len, (block + 1) * block_len)
+            cols = slice(key_block * block_len, (key_block + 1) * block_len)
+            dense[:, head, rows, cols] = attentions[:, head, block]
     return dense[:, :, :seq_len, :seq_len]
 
 
@@ -302,15 +333,15 @@ class BlockBertEmbeddings(nn.Module):
         return embeddings
 
 
-def _group_tiles(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, group: HeadGroup, num_tiles: int
+def _blocks_of_group(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, group: HeadGroup, blocks_per_sequence: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The group's heads of tiled `query`, `key`, `value` `(batch * tiles, tile_len, heads, head_dim)` as `(batch *
-    tiles, group_heads, tile_len, head_dim)`, with each key/value tile replaced by the query tile's partner tile when
-    the group has a shift (a copy; otherwise views)."""
+    """The group's heads of `query`, `key`, `value` in blocks, `(batch * blocks, block_len, heads, head_dim)`, as
+    `(batch * blocks, group_heads, block_len, head_dim)`, with each key/value block replaced by the query block's
+    partner block when the group has a shift (a copy; otherwise views)."""
     query, key, value = (x[:, :, group.heads] for x in (query, key, value))
     if group.partner is not None:
-        key, value = (x.unflatten(0, (-1, num_tiles))[:, group.partner].flatten(0, 1) for x in (key, value))
+        key, value = (x.unflatten(0, (-1, blocks_per_sequence))[:, group.partner].flatten(0, 1) for x in (key, value))
     return query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
 
 
@@ -324,8 +355,8 @@ def eager_attention_forward(
     dropout: float = 0.0,
     **kwargs: Unpack[TransformersKwargs],
 ):
-    """Plain attention on one batch of tiles, for other models' use of the interface. `attention_mask` is boolean
-    (True = may attend) or additive. BlockBERT's own eager path is `eager_tiled_attention`."""
+    """Plain attention on one batch of blocks, for other models' use of the interface. `attention_mask` is boolean
+    (True = may attend) or additive. BlockBERT's own eager path is `eager_attention_on_blocks`."""
     probabilities = _attention_probabilities(query, key, attention_mask, None, scaling)
     probabilities = nn.functional.dropout(probabilities, p=dropout, training=module.training)
     return torch.matmul(probabilities, value).transpose(1, 2).contiguous(), probabilities
@@ -348,7 +379,7 @@ def _attention_probabilities(query, key, mask, empty, scaling):
     return probabilities
 
 
-def eager_tiled_attention(
+def eager_attention_on_blocks(
     module: nn.Module,
     query: torch.Tensor,
     key: torch.Tensor,
@@ -357,17 +388,18 @@ def eager_tiled_attention(
     dropout: float = 0.0,
     scaling: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The eager kernel on tiles `(batch * tiles, tile_len, heads, head_dim)` -> per-group outputs and, when the layout
-    asks for them, the attention probabilities.
+    """The eager kernel on blocks `(batch * blocks, block_len, heads, head_dim)` -> per-group outputs and, when the
+    layout asks for them, the attention probabilities.
 
     The probabilities returned are the very tensor that multiplies V (after dropout), so gradients can be taken
-    through them: `(batch, heads, tiles, tile_len, tile_len)` for the blockwise pattern, `(batch, heads, L, L)`
+    through them: `(batch, heads, blocks, block_len, block_len)` for the blockwise pattern, `(batch, heads, L, L)`
     otherwise.
     """
-    batch_size = query.shape[0] // layout.num_tiles
+    blocks = layout.blocks_per_sequence
+    batch_size = query.shape[0] // blocks
     probabilities, values = [], []
     for group in layout.groups:
-        group_query, group_key, group_value = _group_tiles(query, key, value, group, layout.num_tiles)
+        group_query, group_key, group_value = _blocks_of_group(query, key, value, group, blocks)
         probabilities.append(_attention_probabilities(group_query, group_key, group.mask, group.empty, scaling))
         values.append(group_value)
     if not layout.return_weights:
@@ -379,9 +411,9 @@ def eager_tiled_attention(
 
     used = nn.functional.dropout(torch.cat(probabilities, dim=1), p=dropout, training=module.training)
     if layout.blockwise:
-        num_heads, tile_len = used.shape[1], layout.tile_len
-        weights = used.view(batch_size, layout.num_tiles, num_heads, tile_len, tile_len).transpose(1, 2)
-        used = weights.transpose(1, 2).reshape(batch_size * layout.num_tiles, num_heads, tile_len, tile_len)
+        num_heads, block_len = used.shape[1], layout.block_len
+        weights = used.view(batch_size, blocks, num_heads, block_len, block_len).transpose(1, 2)
+        used = weights.transpose(1, 2).reshape(batch_size * blocks, num_heads, block_len, block_len)
     else:
         weights = used
     output = torch.matmul(used, torch.cat(values, dim=1))
@@ -394,7 +426,7 @@ _COMPILE_ERRORS = ("BackendCompilerFailed", "InductorError", "CppCompileError")
 _flex_unavailable = False
 
 
-def kernel_tiled_attention(
+def kernel_attention_on_blocks(
     module: nn.Module,
     query: torch.Tensor,
     key: torch.Tensor,
@@ -405,19 +437,19 @@ def kernel_tiled_attention(
     scaling: float | None = None,
     **kwargs,
 ) -> list[torch.Tensor]:
-    """A fused kernel (sdpa, flex_attention, ...) on tiles: one call per head group on `(batch * tiles, group_heads,
-    tile_len, head_dim)`; only the key/value heads of groups with a shift are copied to line each query tile up with
-    its partner tile. Queries without an admissible key get zero output."""
+    """A fused kernel (sdpa, flex_attention, ...) on blocks: one call per head group on `(batch * blocks, group_heads,
+    block_len, head_dim)`; only the key/value heads of groups with a shift are copied to line each query block up
+    with its partner block. Queries without an admissible key get zero output."""
     global _flex_unavailable
     if implementation == "flex_attention" and _flex_unavailable:
         implementation = "sdpa"
     attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
     outputs = []
     for group in layout.groups:
-        group_query, group_key, group_value = _group_tiles(query, key, value, group, layout.num_tiles)
+        group_query, group_key, group_value = _blocks_of_group(query, key, value, group, layout.blocks_per_sequence)
         mask = group.mask
         if implementation == "flex_attention":
-            mask, padding = group.flex_mask, _flex_padded_length(layout.tile_len) - layout.tile_len
+            mask, padding = group.flex_mask, _flex_padded_length(layout.block_len) - layout.block_len
             if padding:
                 group_query, group_key, group_value = (
                     nn.functional.pad(x, (0, 0, 0, padding)) for x in (group_query, group_key, group_value)
@@ -426,7 +458,7 @@ def kernel_tiled_attention(
             output, _ = attention_interface(
                 module, group_query, group_key, group_value, mask, dropout=dropout, scaling=scaling, **kwargs
             )
-            output = output[:, : layout.tile_len]
+            output = output[:, : layout.block_len]
         except Exception as error:
             if implementation != "flex_attention" or type(error).__name__ not in _COMPILE_ERRORS:
                 raise
@@ -435,7 +467,7 @@ def kernel_tiled_attention(
                 f"flex_attention could not be compiled on this machine ({type(error).__name__}); BlockBERT uses the "
                 "sdpa kernel instead for the rest of this process (same results)."
             )
-            return kernel_tiled_attention(module, query, key, value, layout, "sdpa", dropout, scaling, **kwargs)
+            return kernel_attention_on_blocks(module, query, key, value, layout, "sdpa", dropout, scaling, **kwargs)
         if group.empty is not None:
             # docs/attention.md, "Empty partner blocks": a query with no admissible key outputs zero.
             output = output.masked_fill(group.empty[:, :, None, None], 0.0)
@@ -444,11 +476,11 @@ def kernel_tiled_attention(
 
 
 class BlockBertSelfAttention(nn.Module):
-    """Multi-head self-attention that runs the kernel on `(batch * tiles)` tiles, once per head group.
+    """Multi-head self-attention that runs the kernel on the `batch * blocks` blocks, once per head group.
 
     Returns `(attn_output, attn_weights)`. `attn_weights` (eager kernel only, as in transformers) are the attention
-    probabilities that multiply V, *per block* for `attention_pattern="blockwise"`: shape `(batch, heads, tiles,
-    tile_len, tile_len)`, where `attn_weights[:, h, i]` are the probabilities of the queries of block `i` over the
+    probabilities that multiply V, *per block* for `attention_pattern="blockwise"`: shape `(batch, heads, blocks,
+    block_len, block_len)`, where `attn_weights[:, h, i]` are the probabilities of the queries of block `i` over the
     keys of block `partner_block(i, shift_h, n)`; positions at or past the input length are internal padding, and rows
     of queries with no admissible key are zero. `blockwise_attentions_to_dense` turns them into `(batch, heads, L, L)`.
     For the dense patterns (`"full"`, `"sparse_fixed"`) they are the usual `(batch, heads, L, L)`.
@@ -472,19 +504,19 @@ class BlockBertSelfAttention(nn.Module):
         self, hidden_states: torch.Tensor, layout: AttentionLayout, **kwargs: Unpack[TransformersKwargs]
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         batch_size, seq_len, _ = hidden_states.shape
-        padded_len = layout.num_tiles * layout.tile_len
+        padded_len = layout.blocks_per_sequence * layout.block_len
         query, key, value = (projection(hidden_states) for projection in (self.query, self.key, self.value))
         if layout.pads_input:  # F.pad copies even when there is nothing to pad
             query, key, value = (nn.functional.pad(x, (0, 0, 0, padded_len - seq_len)) for x in (query, key, value))
-        # Tiles folded into the batch dimension (a view).
-        tiled_shape = (batch_size * layout.num_tiles, layout.tile_len, self.num_attention_heads, -1)
-        query, key, value = (x.view(tiled_shape) for x in (query, key, value))
+        # Blocks folded into the batch dimension (a view).
+        blocks_shape = (batch_size * layout.blocks_per_sequence, layout.block_len, self.num_attention_heads, -1)
+        query, key, value = (x.view(blocks_shape) for x in (query, key, value))
         dropout = self.dropout.p if self.training else 0.0
         implementation = self.config._attn_implementation or "eager"
         if implementation == "eager":
-            outputs, attn_weights = eager_tiled_attention(self, query, key, value, layout, dropout, self.scaling)
+            outputs, attn_weights = eager_attention_on_blocks(self, query, key, value, layout, dropout, self.scaling)
         else:
-            outputs = kernel_tiled_attention(
+            outputs = kernel_attention_on_blocks(
                 self, query, key, value, layout, implementation, dropout, self.scaling, **kwargs
             )
             attn_weights = None
@@ -499,6 +531,7 @@ class BlockBertSelfAttention(nn.Module):
         return attn_output[:, :seq_len], attn_weights
 
 
+# Copied from transformers.models.roberta.modeling_roberta.RobertaSelfOutput with Roberta->BlockBert
 class BlockBertSelfOutput(nn.Module):
     def __init__(self, config):
         super().__init__()
@@ -527,6 +560,7 @@ class BlockBertAttention(nn.Module):
         return attention_output, attn_weights
 
 
+# Copied from transformers.models.roberta.modeling_roberta.RobertaIntermediate with Roberta->BlockBert
 class BlockBertIntermediate(nn.Module):
     def __init__(self, config):
         super().__init__()
@@ -537,9 +571,12 @@ class BlockBertIntermediate(nn.Module):
             self.intermediate_act_fn = config.hidden_act
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.intermediate_act_fn(self.dense(hidden_states))
+        hidden_states = self.dense(hidden_states)
+        hidden_states = self.intermediate_act_fn(hidden_states)
+        return hidden_states
 
 
+# Copied from transformers.models.roberta.modeling_roberta.RobertaOutput with Roberta->BlockBert
 class BlockBertOutput(nn.Module):
     def __init__(self, config):
         super().__init__()
@@ -582,6 +619,7 @@ class BlockBertEncoder(nn.Module):
         return BaseModelOutput(last_hidden_state=hidden_states)
 
 
+# Copied from transformers.models.roberta.modeling_roberta.RobertaPooler with Roberta->BlockBert
 class BlockBertPooler(nn.Module):
     def __init__(self, config):
         super().__init__()
@@ -589,17 +627,23 @@ class BlockBertPooler(nn.Module):
         self.activation = nn.Tanh()
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        # "Pool" by taking the hidden state of the first token (<s> / [CLS]).
-        return self.activation(self.dense(hidden_states[:, 0]))
+        # We "pool" the model by simply taking the hidden state corresponding
+        # to the first token.
+        first_token_tensor = hidden_states[:, 0]
+        pooled_output = self.dense(first_token_tensor)
+        pooled_output = self.activation(pooled_output)
+        return pooled_output
 
 
+# Copied from transformers.models.roberta.modeling_roberta.RobertaLMHead with Roberta->BlockBert
 class BlockBertLMHead(nn.Module):
-    """Masked language modeling head (RoBERTa's)."""
+    """BlockBert Head for masked language modeling."""
 
     def __init__(self, config):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
         self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+
         self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 
@@ -607,11 +651,16 @@ class BlockBertLMHead(nn.Module):
         x = self.dense(features)
         x = gelu(x)
         x = self.layer_norm(x)
-        return self.decoder(x)
+
+        # project back to size of vocabulary with bias
+        x = self.decoder(x)
+
+        return x
 
 
+# Copied from transformers.models.roberta.modeling_roberta.RobertaClassificationHead with Roberta->BlockBert
 class BlockBertClassificationHead(nn.Module):
-    """Sentence-level classification head on the first token (RoBERTa's)."""
+    """Head for sentence-level classification tasks."""
 
     def __init__(self, config):
         super().__init__()
@@ -623,11 +672,13 @@ class BlockBertClassificationHead(nn.Module):
         self.out_proj = nn.Linear(config.hidden_size, config.num_labels)
 
     def forward(self, features, **kwargs):
-        x = features[:, 0, :]
+        x = features[:, 0, :]  # take <s> token (equiv. to [CLS])
         x = self.dropout(x)
-        x = torch.tanh(self.dense(x))
+        x = self.dense(x)
+        x = torch.tanh(x)
         x = self.dropout(x)
-        return self.out_proj(x)
+        x = self.out_proj(x)
+        return x
 
 
 # Every class a saved folder can be loaded as with `trust_remote_code=True` (written to `config.auto_map`).
@@ -640,6 +691,9 @@ AUTO_MAP = {
     "AutoModelForTokenClassification": "modeling_blockbert.BlockBertForTokenClassification",
     "AutoModelForMultipleChoice": "modeling_blockbert.BlockBertForMultipleChoice",
 }
+
+# Names of the weight files of a save: one file or shards.
+_WEIGHT_FILE_PREFIXES = ("model.safetensors", "model-", "pytorch_model")
 
 # transformers 5 has no built-in "question-answering" pipeline: every saved folder carries ours (a code file beside
 # this one, found by `pipeline("question-answering", model=folder, trust_remote_code=True)`).
@@ -687,6 +741,7 @@ class BlockBertPreTrainedModel(PreTrainedModel):
     }
 
     @torch.no_grad()
+    # Copied from transformers.models.roberta.modeling_roberta.RobertaPreTrainedModel._init_weights with Roberta->BlockBert  # noqa: E501
     def _init_weights(self, module):
         """Initialize the weights"""
         super()._init_weights(module)
@@ -697,8 +752,9 @@ class BlockBertPreTrainedModel(PreTrainedModel):
             init.zeros_(module.token_type_ids)
 
     def save_pretrained(self, save_directory, *args, **kwargs):
-        """Saves weights, config and this model's code; the config's `auto_map` names every BlockBERT head, so the
-        folder loads with any `AutoModelFor...` and `trust_remote_code=True` where `blockbert_hf` is not installed.
+        """Saves weights, config and this model's code (this file and those it imports: `configuration_blockbert.py`,
+        `saving.py`); the config's `auto_map` names every BlockBERT head, so the folder loads with any
+        `AutoModelFor...` and `trust_remote_code=True` where `blockbert_hf` is not installed.
 
         The folder also carries the extractive QA pipeline (`pipeline_question_answering.py` and
         `config.custom_pipelines`), so `pipeline("question-answering", model=folder, trust_remote_code=True)` works.
@@ -729,50 +785,17 @@ class BlockBertPreTrainedModel(PreTrainedModel):
             raise ValueError(f"save_pretrained needs a folder, but {save_directory!r} is a file.")
         if kwargs.get("push_to_hub"):
             kwargs.setdefault("repo_id", os.path.basename(target))  # not the staging folder's name
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        staging = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.tmp-", dir=os.path.dirname(target))
-        try:
+        # transformers removes an earlier save's weight shards from the folder it writes to, which here is the staging
+        # folder: `replaced_prefixes` does that for the real one.
+        with atomic_directory(target, update=True, replaced_prefixes=_WEIGHT_FILE_PREFIXES) as staging:
             if pipeline_file is not None:
                 # Copied before the rest, so that push_to_hub (at the end of super().save_pretrained) uploads it.
-                shutil.copyfile(pipeline_file, os.path.join(staging, QA_PIPELINE_FILE))
+                shutil.copyfile(pipeline_file, staging / QA_PIPELINE_FILE)
             result = super().save_pretrained(staging, *args, **kwargs)
-            _move_saved_files(staging, target)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            for weights in staging.glob("*.safetensors"):
+                # safetensors >= 0.8 writes its files owner-only whatever the umask (safetensors/safetensors#782).
+                set_default_file_mode(weights)
         return result
-
-
-# Weight files of a save: transformers removes an earlier save's shards from the folder it writes to, which here is
-# the staging folder, so `_move_saved_files` does that for the real one.
-_WEIGHT_FILE_PREFIXES = ("model.safetensors", "model-", "pytorch_model")
-
-
-def _move_saved_files(staging: str, target: str) -> None:
-    """Moves a complete save from `staging` into `target` (created if missing; otherwise file by file, each rename
-    atomic), removing weight files of an earlier save that this one did not write."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(staging, 0o777 & ~umask)  # mkdtemp makes it owner-only; the result should look like any folder
-    for name in os.listdir(staging):
-        if name.endswith(".safetensors"):
-            # safetensors >= 0.8 writes its files owner-only whatever the umask (safetensors/safetensors#782).
-            os.chmod(os.path.join(staging, name), 0o666 & ~umask)
-    if not os.path.exists(target):
-        os.replace(staging, target)
-        return
-    written = set(os.listdir(staging))
-    for name in os.listdir(target):
-        if (
-            name not in written
-            and name.startswith(_WEIGHT_FILE_PREFIXES)
-            and os.path.isfile(os.path.join(target, name))
-        ):
-            os.remove(os.path.join(target, name))
-    for name in written:
-        destination = os.path.join(target, name)
-        if os.path.isdir(destination) and not os.path.islink(destination):
-            shutil.rmtree(destination)
-        os.replace(os.path.join(staging, name), destination)
 
 
 def _check_inputs(
@@ -956,12 +979,17 @@ class BlockBertForMaskedLM(BlockBertPreTrainedModel):
     BlockBERT with a sequence classification/regression head on top (a linear layer on the first token's output).
     """
 )
+# Copied from transformers.models.roberta.modeling_roberta.RobertaForSequenceClassification with Roberta->BlockBert
 class BlockBertForSequenceClassification(BlockBertPreTrainedModel):
     def __init__(self, config: BlockBertConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
+        self.config = config
+
         self.roberta = BlockBertModel(config, add_pooling_layer=False)
         self.classifier = BlockBertClassificationHead(config)
+
+        # Initialize weights and apply final processing
         self.post_init()
 
     @can_return_tuple
@@ -976,6 +1004,17 @@ class BlockBertForSequenceClassification(BlockBertPreTrainedModel):
         labels: torch.LongTensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor] | SequenceClassifierOutput:
+        r"""
+        token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+            Segment token indices to indicate first and second portions of the inputs. Indices are selected in `[0,1]`:
+
+            - 0 corresponds to a *sentence A* token,
+            - 1 corresponds to a *sentence B* token.
+            This parameter can only be used when the model is initialized with `type_vocab_size` parameter with value
+            >= 2. All the value in this tensor should be always < type_vocab_size.
+
+            [What are token type IDs?](../glossary#token-type-ids)
+        """
         outputs = self.roberta(
             input_ids,
             attention_mask=attention_mask,
@@ -985,10 +1024,12 @@ class BlockBertForSequenceClassification(BlockBertPreTrainedModel):
             return_dict=True,
             **kwargs,
         )
-        logits = self.classifier(outputs[0])
+        sequence_output = outputs[0]
+        logits = self.classifier(sequence_output)
 
         loss = None
         if labels is not None:
+            # move labels to correct device
             labels = labels.to(logits.device)
             if self.config.problem_type is None:
                 if self.num_labels == 1:
@@ -1000,16 +1041,22 @@ class BlockBertForSequenceClassification(BlockBertPreTrainedModel):
 
             if self.config.problem_type == "regression":
                 loss_fct = MSELoss()
-                loss = (
-                    loss_fct(logits.squeeze(), labels.squeeze()) if self.num_labels == 1 else loss_fct(logits, labels)
-                )
+                if self.num_labels == 1:
+                    loss = loss_fct(logits.squeeze(), labels.squeeze())
+                else:
+                    loss = loss_fct(logits, labels)
             elif self.config.problem_type == "single_label_classification":
-                loss = CrossEntropyLoss()(logits.view(-1, self.num_labels), labels.view(-1))
-            else:
-                loss = BCEWithLogitsLoss()(logits, labels)
+                loss_fct = CrossEntropyLoss()
+                loss = loss_fct(logits.view(-1, self.num_labels), labels.view(-1))
+            elif self.config.problem_type == "multi_label_classification":
+                loss_fct = BCEWithLogitsLoss()
+                loss = loss_fct(logits, labels)
 
         return SequenceClassifierOutput(
-            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+            loss=loss,
+            logits=logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
         )
 
 
@@ -1072,16 +1119,20 @@ class BlockBertForMultipleChoice(BlockBertPreTrainedModel):
 
 
 @auto_docstring
+# Copied from transformers.models.roberta.modeling_roberta.RobertaForTokenClassification with Roberta->BlockBert
 class BlockBertForTokenClassification(BlockBertPreTrainedModel):
     def __init__(self, config: BlockBertConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
+
         self.roberta = BlockBertModel(config, add_pooling_layer=False)
         classifier_dropout = (
             config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
         )
         self.dropout = nn.Dropout(classifier_dropout)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+
+        # Initialize weights and apply final processing
         self.post_init()
 
     @can_return_tuple
@@ -1096,6 +1147,17 @@ class BlockBertForTokenClassification(BlockBertPreTrainedModel):
         labels: torch.LongTensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor] | TokenClassifierOutput:
+        r"""
+        token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+            Segment token indices to indicate first and second portions of the inputs. Indices are selected in `[0,1]`:
+
+            - 0 corresponds to a *sentence A* token,
+            - 1 corresponds to a *sentence B* token.
+            This parameter can only be used when the model is initialized with `type_vocab_size` parameter with value
+            >= 2. All the value in this tensor should be always < type_vocab_size.
+
+            [What are token type IDs?](../glossary#token-type-ids)
+        """
         outputs = self.roberta(
             input_ids,
             attention_mask=attention_mask,
@@ -1105,25 +1167,38 @@ class BlockBertForTokenClassification(BlockBertPreTrainedModel):
             return_dict=True,
             **kwargs,
         )
-        logits = self.classifier(self.dropout(outputs[0]))
+
+        sequence_output = outputs[0]
+
+        sequence_output = self.dropout(sequence_output)
+        logits = self.classifier(sequence_output)
 
         loss = None
         if labels is not None:
+            # move labels to correct device
             labels = labels.to(logits.device)
-            loss = CrossEntropyLoss()(logits.view(-1, self.num_labels), labels.view(-1))
+            loss_fct = CrossEntropyLoss()
+            loss = loss_fct(logits.view(-1, self.num_labels), labels.view(-1))
 
         return TokenClassifierOutput(
-            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+            loss=loss,
+            logits=logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
         )
 
 
 @auto_docstring
+# Copied from transformers.models.roberta.modeling_roberta.RobertaForQuestionAnswering with Roberta->BlockBert
 class BlockBertForQuestionAnswering(BlockBertPreTrainedModel):
     def __init__(self, config: BlockBertConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
+
         self.roberta = BlockBertModel(config, add_pooling_layer=False)
         self.qa_outputs = nn.Linear(config.hidden_size, config.num_labels)
+
+        # Initialize weights and apply final processing
         self.post_init()
 
     @can_return_tuple
@@ -1139,6 +1214,17 @@ class BlockBertForQuestionAnswering(BlockBertPreTrainedModel):
         end_positions: torch.LongTensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor] | QuestionAnsweringModelOutput:
+        r"""
+        token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+            Segment token indices to indicate first and second portions of the inputs. Indices are selected in `[0,1]`:
+
+            - 0 corresponds to a *sentence A* token,
+            - 1 corresponds to a *sentence B* token.
+            This parameter can only be used when the model is initialized with `type_vocab_size` parameter with value
+            >= 2. All the value in this tensor should be always < type_vocab_size.
+
+            [What are token type IDs?](../glossary#token-type-ids)
+        """
         outputs = self.roberta(
             input_ids,
             attention_mask=attention_mask,
@@ -1148,23 +1234,30 @@ class BlockBertForQuestionAnswering(BlockBertPreTrainedModel):
             return_dict=True,
             **kwargs,
         )
-        logits = self.qa_outputs(outputs[0])
+
+        sequence_output = outputs[0]
+
+        logits = self.qa_outputs(sequence_output)
         start_logits, end_logits = logits.split(1, dim=-1)
         start_logits = start_logits.squeeze(-1).contiguous()
         end_logits = end_logits.squeeze(-1).contiguous()
 
         total_loss = None
         if start_positions is not None and end_positions is not None:
+            # If we are on multi-GPU, split add a dimension
             if len(start_positions.size()) > 1:
                 start_positions = start_positions.squeeze(-1)
             if len(end_positions.size()) > 1:
                 end_positions = end_positions.squeeze(-1)
-            # Positions outside the model inputs are ignored.
+            # sometimes the start/end positions are outside our model inputs, we ignore these terms
             ignored_index = start_logits.size(1)
             start_positions = start_positions.clamp(0, ignored_index)
             end_positions = end_positions.clamp(0, ignored_index)
+
             loss_fct = CrossEntropyLoss(ignore_index=ignored_index)
-            total_loss = (loss_fct(start_logits, start_positions) + loss_fct(end_logits, end_positions)) / 2
+            start_loss = loss_fct(start_logits, start_positions)
+            end_loss = loss_fct(end_logits, end_positions)
+            total_loss = (start_loss + end_loss) / 2
 
         return QuestionAnsweringModelOutput(
             loss=total_loss,
@@ -1189,6 +1282,7 @@ __all__ = [
     "BlockBertForTokenClassification",
     "BlockBertModel",
     "BlockBertPreTrainedModel",
+    "blockwise_attention",
     "blockwise_attentions_to_dense",
     "partner_block",
     "sparse_fixed_pattern",

@@ -1,13 +1,18 @@
 """Files: atomic writes (a folder or file appears complete under its final name or not at all) and reading text.
 
 Every folder is written through `atomic_directory`: a staging folder `.NAME.tmp-XXXX` beside the target, renamed into
-place when complete. With an `accelerator`, all processes write into the one staging folder (e.g. each its RNG state
-in a checkpoint) and it is renamed once every process is done. `remove_stale_staging` deletes what a killed write
-left behind.
+place when complete (with `update=True`, as the model's `save_pretrained` writes, its entries are moved into an
+existing folder one by one, so the folder's other files stay). With an `accelerator`, all processes write into the one
+staging folder (e.g. each its RNG state in a checkpoint) and it is renamed once every process is done.
+`remove_stale_staging` deletes what a killed write left behind.
+
+The model's code imports this file, so saved model folders carry it (`trust_remote_code`): it imports only the
+standard library at module level.
 """
 
 import gzip
 import hashlib
+import importlib
 import json
 import os
 import re
@@ -28,6 +33,12 @@ def _current_umask() -> int:
     return umask
 
 
+def set_default_file_mode(path: str | os.PathLike) -> None:
+    """Gives the file at `path` the mode any new file gets under the current umask (writers that create files
+    owner-only, such as `tempfile.mkstemp`, bypass it)."""
+    os.chmod(path, 0o666 & ~_current_umask())
+
+
 def _create_staging(target: Path) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
@@ -46,17 +57,39 @@ def _replace_with(staging: Path, target: Path) -> None:
         shutil.rmtree(backup, ignore_errors=True)
 
 
+def _move_into(staging: Path, target: Path, replaced_prefixes: tuple[str, ...]) -> None:
+    """Moves every entry of `staging` into the existing folder `target` (each rename atomic), first removing the files
+    of `target` that this write did not produce and whose names start with one of `replaced_prefixes`."""
+    written = {entry.name for entry in staging.iterdir()}
+    for entry in target.iterdir():
+        if entry.name not in written and entry.name.startswith(replaced_prefixes) and entry.is_file():
+            entry.unlink()
+    for name in written:
+        destination = target / name
+        if destination.is_dir() and not destination.is_symlink():
+            shutil.rmtree(destination)
+        os.replace(staging / name, destination)
+    staging.rmdir()
+
+
 @contextmanager
-def atomic_directory(path: str | os.PathLike, accelerator=None):
+def atomic_directory(
+    path: str | os.PathLike, accelerator=None, update: bool = False, replaced_prefixes: tuple[str, ...] = ()
+):
     """Yields a temporary folder beside `path`; on success it replaces `path`, on error it is deleted and `path` is
     left as it was. With an `accelerator` every process gets the same staging folder (created by the main process)
-    and the rename waits until every process has left the block."""
+    and the rename waits until every process has left the block.
+
+    With `update=True` an existing folder at `path` is updated instead of replaced: each entry written is moved into
+    it, and its other files are kept, except those whose names start with one of `replaced_prefixes` (what an earlier
+    write of the same kind left, e.g. the weight shards of an earlier save)."""
     target = Path(path)
     is_main = accelerator is None or accelerator.is_main_process
     staging = _create_staging(target) if is_main else None
     if accelerator is not None and accelerator.num_processes > 1:
-        from accelerate.utils import broadcast_object_list
-
+        # Imported by name, not by an import statement: transformers' remote-code loader requires every package a
+        # carried file names in one, and accelerate is optional.
+        broadcast_object_list = importlib.import_module("accelerate.utils").broadcast_object_list
         shared = [str(staging) if staging is not None else None]
         broadcast_object_list(shared)
         staging = Path(shared[0])
@@ -69,7 +102,10 @@ def atomic_directory(path: str | os.PathLike, accelerator=None):
             shutil.rmtree(staging, ignore_errors=True)
         raise
     if is_main:
-        _replace_with(staging, target)
+        if update and target.is_dir():
+            _move_into(staging, target, replaced_prefixes)
+        else:
+            _replace_with(staging, target)
     if accelerator is not None:
         accelerator.wait_for_everyone()
 
@@ -111,7 +147,7 @@ def write_file_atomically(path, content: str | bytes | Callable) -> None:
             Path(temporary).write_text(content, encoding="utf-8")
         with open(temporary, "rb") as written:  # on disk before the rename, so a crash cannot leave an empty file
             os.fsync(written.fileno())
-        os.chmod(temporary, 0o666 & ~_current_umask())  # mkstemp creates the file private; give it the usual mode
+        set_default_file_mode(temporary)  # mkstemp creates the file private
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)

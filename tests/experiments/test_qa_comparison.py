@@ -15,6 +15,7 @@ from transformers import RobertaConfig, RobertaModel
 from blockbert_experiments.long_context import LongContextConfig, build_long_context_sets
 from blockbert_experiments.qa_comparison import (
     GRID,
+    PARAGRAPHS,
     Cell,
     ComparisonConfig,
     batch_sizes,
@@ -27,6 +28,7 @@ from blockbert_experiments.qa_comparison import (
     write_report,
 )
 from blockbert_experiments.qa_comparison import runner as comparison_runner
+from blockbert_experiments.qa_comparison.layout import training_file
 from blockbert_hf.qa import SquadMetric, load_qa_dataset
 
 
@@ -34,7 +36,7 @@ SQUAD_SAMPLE = REPO_ROOT / "data" / "samples" / "squad_v1.1_dev_sample.json"
 
 
 def _load_cli():
-    path = REPO_ROOT / "examples" / "qa_comparison.py"
+    path = REPO_ROOT / "experiments" / "qa_comparison.py"
     spec = importlib.util.spec_from_file_location("qa_comparison", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -216,6 +218,14 @@ def test_run_end_to_end_then_resume_redoes_only_what_is_missing(tiny_setup, monk
     assert results["source_model"]["sequence_length"] == 64
     # The training loss run_qa logged is copied (none here: fewer steps than its logging interval).
     assert results["train"]["loss_curve"] == []
+    # The commands name the work and data folders, and the source (outside the repository) by its folder's name.
+    model = f"$WORK_DIR/models/{TINY_CELL.model_name}"
+    assert results["commands"][0].startswith(f"python examples/convert_roberta_to_blockbert.py source {model} ")
+    assert (
+        f"--train_file $DATA_DIR/train_512.json --do_train --output_dir $WORK_DIR/cells/{TINY_CELL.name}/train"
+        in (results["commands"][1])
+    )
+    assert results["source_model"]["path"] == "source" and str(root) not in json.dumps(results)
     scores = json.loads((root / "results" / TINY_CELL.name / "scores.json").read_text())
     questions = json.loads((root / "results" / "questions.json").read_text())
     assert len(scores["article"]["f1"]) == 3 and len(questions["article"]["ids"]) == 3
@@ -269,6 +279,30 @@ def test_run_end_to_end_then_resume_redoes_only_what_is_missing(tiny_setup, monk
     cli = _load_cli()
     assert cli.main(["report", *_cli_args(root)]) == 0
     assert cli.main(["bogus"]) == 2
+
+
+def test_a_run_with_the_paragraphs_cell_and_no_squad_file_stops_before_any_work(tiny_setup, tmp_path, capsys):
+    config = _config(tiny_setup, squad_file=None, work_dir=str(tmp_path / "work"), results_dir=str(tmp_path / "r"))
+    grid = [TINY_CELL, Cell("tiny_paragraphs", 512, "full", train_set=PARAGRAPHS)]
+    with pytest.raises(FileNotFoundError, match="pass it as --squad_file"):
+        run_comparison(config, grid)
+    assert not (tmp_path / "work").exists() and not (tmp_path / "r").exists()
+    args = ["run", "--cells", "n1024_n2_9-3_paragraphs", *_cli_args(tiny_setup)[:2], "--work_dir", str(tmp_path)]
+    args += ["--source_model", str(tiny_setup / "source")]
+    assert _load_cli().main(args) == 2 and "pass it as --squad_file" in capsys.readouterr().err
+
+
+def test_the_paragraphs_cell_trains_on_the_first_half_of_the_file_the_sets_came_from(tmp_path):
+    cell = Cell("n512_paragraphs", 512, "full", train_set=PARAGRAPHS)
+    manifest = {"source": {"file": "dev-v1.1.json.gz", "sha256": "0" * 64}, "sets": {}}
+    config = ComparisonConfig(work_dir=str(tmp_path / "work"), data_dir=str(tmp_path / "data"))
+    assert config.squad_file is None  # no default: the file is not part of the repository
+    assert training_file(config, cell, manifest) == tmp_path / "work" / "data" / "dev-v1.1.first-half.json"
+    with pytest.raises(FileNotFoundError, match="first half of dev-v1.1.json.gz.*pass it as --squad_file"):
+        training_file(config, cell, manifest, create=True)
+    config.squad_file = str(SQUAD_SAMPLE)
+    with pytest.raises(ValueError, match="is not the file .* was built from"):
+        training_file(config, cell, manifest, create=True)
 
 
 def _cli_args(root):

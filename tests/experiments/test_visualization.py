@@ -51,7 +51,7 @@ def test_mask_leaves_the_callers_random_stream_alone():
 
 def test_script_writes_both_pictures(tmp_path):
     spec = importlib.util.spec_from_file_location(
-        "plot_attention_masks", REPO_ROOT / "examples" / "plot_attention_masks.py"
+        "plot_attention_masks", REPO_ROOT / "experiments" / "plot_attention_masks.py"
     )
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)

@@ -91,7 +91,7 @@ def test_roberta_mlm_converts_weight_for_weight_and_n1_logits_are_equal(roberta_
     converted = convert_checkpoint(roberta_mlm, num_blocks=2, heads_per_shift="3:1")
     assert type(converted.model) is BlockBertForMaskedLM
     config = converted.config
-    assert (config.num_blocks, config.block_size, config.heads_per_shift) == (2, 32, [3, 1])
+    assert (config.num_blocks, config.effective_block_size, config.heads_per_shift) == (2, 32, [3, 1])
     assert config.position_embedding_style == "roberta" and config.max_sequence_length == 64
     # Every source tensor once: RobertaForMaskedLM's tensors (tied ones counted once) all copied, nothing extended.
     source_tensors = {id(t) for t in converted.source_model.state_dict(keep_vars=True).values()}

@@ -35,7 +35,7 @@ SLOW_GRID = [pytest.param(name, cls, id=f"{name}-{cls.__name__}") for name in CO
 
 
 def grid_lengths(config) -> list[int]:
-    b, max_len = config.block_size, config.max_sequence_length
+    b, max_len = config.effective_block_size, config.max_sequence_length
     return sorted({length for length in (1, b - 1, b, b + 1, max_len - 1, max_len) if 1 <= length <= max_len})
 
 
@@ -71,7 +71,7 @@ def max_differences(run, model, lengths) -> dict[str, float]:
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
 @pytest.mark.parametrize("config_name", list(CONFIGS))
 def test_traced_attention_layout_agrees_with_eager(config_name, attn_implementation, monkeypatch):
-    """The layout a traced program runs (n tiles of b tokens, masks always applied) computes what eager computes."""
+    """The layout a traced program runs (n blocks of b tokens, masks always applied) computes what eager computes."""
     model = make_model(BlockBertModel, tiny_config(**CONFIGS[config_name]), attn_implementation)
     lengths = grid_lengths(model.config)
     batches = list(grid_batches(lengths))
@@ -80,7 +80,8 @@ def test_traced_attention_layout_agrees_with_eager(config_name, attn_implementat
         monkeypatch.setattr(modeling_blockbert, "_is_traced", lambda: True)
         layout = modeling_blockbert.build_attention_layout(model.config, None, 1, 5, "cpu")
         if model.config.attention_pattern == "blockwise":
-            assert (layout.num_tiles, layout.tile_len) == (model.config.num_blocks, model.config.block_size)
+            config = model.config
+            assert (layout.blocks_per_sequence, layout.block_len) == (config.num_blocks, config.effective_block_size)
         for (name, ids, mask), eager in zip(batches, expected):
             traced = model(input_ids=ids, attention_mask=mask).last_hidden_state
             torch.testing.assert_close(traced, eager, atol=1e-5, rtol=1e-5, msg=name)

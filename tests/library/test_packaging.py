@@ -17,8 +17,14 @@ import torch
 from conftest import REPO_ROOT
 
 
-# What a saved folder needs to load with trust_remote_code and to serve the question-answering pipeline.
-REMOTE_CODE_FILES = {"configuration_blockbert.py", "modeling_blockbert.py", "pipeline_question_answering.py"}
+# What a saved folder needs to load with trust_remote_code and to serve the question-answering pipeline: the model's
+# code, the files it imports (the config, the atomic writers of `saving.py`) and the pipeline.
+REMOTE_CODE_FILES = {
+    "configuration_blockbert.py",
+    "modeling_blockbert.py",
+    "saving.py",
+    "pipeline_question_answering.py",
+}
 CONTEXT = "The battleship was launched in 1912 and served in both world wars. " * 6
 # Every module of the installed package: the model (config, modeling, QA pipeline), tokenization helpers, conversion,
 # the training library (pre-training, QA fine-tuning), export and saving.
@@ -33,6 +39,7 @@ WHEEL_MODULES = {
         "saving",
         "extras",
         "export",
+        "model_card",
         "training",
         "conversion/__init__",
         "conversion/errors",
@@ -70,7 +77,8 @@ def _python_without(packages, code: str) -> subprocess.CompletedProcess:
 
 
 def test_the_package_imports_and_loads_a_saved_folder_with_only_its_install_requires(tmp_path):
-    optional = (*TRAIN_PACKAGES, "tqdm", "matplotlib", "onnx", "onnxruntime", "onnxscript", "peft", "tensorboard")
+    # tqdm is not blocked: transformers itself needs it.
+    optional = (*TRAIN_PACKAGES, "matplotlib", "onnx", "onnxruntime", "onnxscript", "peft", "tensorboard")
     code = textwrap.dedent(f"""
         import blockbert_hf, blockbert_hf.conversion, blockbert_hf.export, blockbert_hf.tokenization
         from blockbert_hf import BlockBertConfig, BlockBertForQuestionAnswering
@@ -147,10 +155,11 @@ def fresh_venv(tmp_path):
 
 @pytest.mark.slow
 def test_wheel_installs_in_a_clean_environment_and_saved_folders_load_without_it(tmp_path, fresh_venv, tokenizer):
-    """About 1.5 minutes: a fresh virtual environment gets torch (TORCH_INSTALL, by default this environment's torch
-    version: the CPU wheel on this project's machines) and the wheel with its dependencies. The installed package
+    """Slow (it installs torch): a fresh virtual environment gets torch (TORCH_INSTALL, by default this environment's
+    torch version: the CPU wheel on this project's machines) and the wheel with its dependencies. The installed package
     saves a QA model; after `pip uninstall blockbert-hf` the folder still loads with `trust_remote_code=True`, as a
-    model and as the question-answering pipeline it carries."""
+    model and as the question-answering pipeline it carries, and the model loaded so saves again (with the folder's
+    `saving.py`) into a folder that keeps its other files and loads."""
     wheel = _build_wheel(tmp_path)
     venv, python = fresh_venv, fresh_venv / "bin" / "python"
     torch_install = os.environ.get("TORCH_INSTALL", f"torch=={torch.__version__.split('+')[0]}").split()
@@ -183,6 +192,9 @@ def test_wheel_installs_in_a_clean_environment_and_saved_folders_load_without_it
     assert REMOTE_CODE_FILES <= {path.name for path in folder.iterdir()}
 
     _run([python, "-m", "pip", "uninstall", "-y", "-q", "blockbert-hf"], env=environment)
+    again = tmp_path / "saved-again"
+    again.mkdir()
+    (again / "notes.txt").write_text("kept")
     load = textwrap.dedent(f"""
         import importlib.util, json
         from transformers import AutoModelForQuestionAnswering, pipeline
@@ -191,10 +203,14 @@ def test_wheel_installs_in_a_clean_environment_and_saved_folders_load_without_it
         model = AutoModelForQuestionAnswering.from_pretrained({str(folder)!r}, trust_remote_code=True)
         qa = pipeline("question-answering", model={str(folder)!r}, tokenizer={str(folder)!r}, trust_remote_code=True)
         answer = qa(question="When was the battleship launched?", context={CONTEXT!r})
-        print(json.dumps([type(model).__name__, type(qa).__name__, answer]))
+        model.save_pretrained({str(again)!r})
+        reloaded = AutoModelForQuestionAnswering.from_pretrained({str(again)!r}, trust_remote_code=True)
+        print(json.dumps([type(model).__name__, type(qa).__name__, answer, type(reloaded).__name__]))
     """)
     loaded = _run([python, "-c", load], env=environment, cwd=tmp_path).stdout.splitlines()[-1]
-    model_class, pipeline_class, answer = json.loads(loaded)
-    assert model_class == "BlockBertForQuestionAnswering" and pipeline_class == "ExtractiveQuestionAnsweringPipeline"
+    model_class, pipeline_class, answer, reloaded_class = json.loads(loaded)
+    assert model_class == reloaded_class == "BlockBertForQuestionAnswering"
+    assert pipeline_class == "ExtractiveQuestionAnsweringPipeline"
+    assert REMOTE_CODE_FILES | {"notes.txt", "config.json", "model.safetensors"} <= {p.name for p in again.iterdir()}
     assert set(answer) == {"score", "start", "end", "answer"} and 0 <= answer["score"] <= 1
     assert CONTEXT[answer["start"] : answer["end"]] == answer["answer"]

@@ -363,7 +363,8 @@ def test_save_total_limit_keeps_only_the_newest_checkpoints(tmp_path):
 
 
 def test_an_output_folder_of_another_or_a_finished_run_is_refused_before_any_work(tmp_path, monkeypatch):
-    """A fresh run with another tokenizer size used to reuse the earlier run's trained tokenizer/ silently."""
+    """A fresh run with another tokenizer size in the folder of a run is refused (it would otherwise reuse that run's
+    trained tokenizer/), as is a second run in a finished run's folder; --overwrite_output_dir starts over."""
     args = _tiny_args(tmp_path, max_train_steps=1, checkpointing_steps=None, eval_steps=None)
     run_pretraining(args)
     metrics = (tmp_path / "metrics.jsonl").read_text()

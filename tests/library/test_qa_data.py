@@ -149,7 +149,8 @@ def test_realign_answers_refuses_to_drop_every_answered_question():
 
 
 def test_run_qa_says_why_before_training_on_a_file_whose_answers_are_not_in_their_contexts(tmp_path, tokenizer):
-    """The end-to-end symptom: training used to stop with `num_samples = 0` from the sampler."""
+    """End to end: such a file is refused with the reason before any training, rather than leaving no training window
+    (the sampler's `num_samples = 0`)."""
     config = tiny_config(vocab_size=len(tokenizer))
     match_tokenizer_to_config(tokenizer, config)
     model_dir = save_atomically(

@@ -1,64 +1,68 @@
 """The rules of docs/attention.md (block rule, empty partner blocks, padding invariance, n = 1, the dense formula,
-cost, input errors), checked against a dense reference written here from the formula."""
+cost, input errors). The oracle is `blockbert_hf.blockwise_attention`, the dense formula the page quotes; its own
+edge cases are checked here first."""
 
-import math
+import inspect
+import re
 
 import pytest
 import torch
-from conftest import make_model, random_batch, tiny_config
+from attention_checks import assert_first_attention_equals_reference, reference_attention, run_capturing_first_attention
+from conftest import REPO_ROOT, make_model, random_batch, tiny_config
 
-from blockbert_hf import BlockBertModel, blockwise_attentions_to_dense, modeling_blockbert, sparse_fixed_pattern
-
-
-def spec_mask(config, key_is_real: torch.Tensor) -> torch.Tensor:
-    """M[b, h, t, u]: beta(u) == (beta(t) + s_h) mod n and u is a real token, on the sequence padded to n * b."""
-    n, b = config.num_blocks, config.block_size
-    batch, seq_len = key_is_real.shape
-    padded = torch.zeros(batch, n * b, dtype=torch.bool)
-    padded[:, :seq_len] = key_is_real
-    positions = torch.arange(n * b)
-    shifts = torch.tensor(config.head_shifts)
-    allowed = (positions[None, None, :] // b) == ((positions[None, :, None] // b + shifts[:, None, None]) % n)
-    return allowed[None] & padded[:, None, None, :]
+from blockbert_hf import (
+    BlockBertModel,
+    blockwise_attention,
+    blockwise_attentions_to_dense,
+    modeling_blockbert,
+    sparse_fixed_pattern,
+)
 
 
-def dense_reference(q, k, v, mask):
-    """softmax(S) V with S = Q K^T / sqrt(d), -inf where M == 0, and zero rows where M is all zero."""
-    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
-    scores = scores.masked_fill(~mask, float("-inf"))
-    probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)
-    return probs @ v, probs
+# --- the reference ----------------------------------------------------------------------------------------------------
 
 
-def capture_first_attention(model, input_ids, attention_mask, **kwargs):
-    """Runs the model and returns the first self-attention's input hidden states and its output (context vectors)."""
-    captured = {}
-    attention = model.encoder.layer[0].attention.self
-
-    def hook(module, args, output):
-        captured["hidden"] = args[0]
-        captured["context"] = output[0]
-        captured["weights"] = output[1]
-
-    handle = attention.register_forward_hook(hook)
-    try:
-        outputs = model(input_ids, attention_mask=attention_mask, **kwargs)
-    finally:
-        handle.remove()
-    return captured, outputs
+def test_the_docs_quote_the_reference():
+    docs = (REPO_ROOT / "docs" / "attention.md").read_text()
+    quoted = re.search(r"```python\n(def blockwise_attention\(.*?)```", docs, re.DOTALL)
+    assert quoted is not None, "docs/attention.md does not quote blockwise_attention"
+    assert quoted.group(1) == inspect.getsource(blockwise_attention)
 
 
-def reference_for_layer(model, hidden, mask, seq_len):
-    attention = model.encoder.layer[0].attention.self
-    heads, head_dim = attention.num_attention_heads, attention.attention_head_size
+def test_the_reference_follows_the_block_rule_on_a_short_last_block():
+    # L = 5, b = 2, n = 3: blocks [0, 0, 1, 1, 2], the last one shorter. Shift 1: block 0 -> 1, 1 -> 2, 2 -> 0.
+    query, key = torch.randn(2, 1, 1, 5, 4)
+    value = torch.randn(1, 1, 5, 4)
+    output, probabilities = blockwise_attention(query, key, value, torch.ones(1, 5, dtype=torch.bool), [1], 3, 2)
+    allowed = torch.tensor([[0, 0, 1, 1, 0], [0, 0, 1, 1, 0], [0, 0, 0, 0, 1], [0, 0, 0, 0, 1], [1, 1, 0, 0, 0]])
+    assert torch.equal(probabilities[0, 0] > 0, allowed.bool())
+    torch.testing.assert_close(probabilities[0, 0].sum(-1), torch.ones(5))
+    torch.testing.assert_close(output[0, 0, 2:4], value[0, 0, [4, 4]])  # block 1's one admissible key is position 4
 
-    def split(x):
-        x = torch.nn.functional.pad(x, (0, 0, 0, mask.shape[-1] - seq_len))
-        return x.view(x.shape[0], -1, heads, head_dim).transpose(1, 2)
 
-    q, k, v = (split(projection(hidden)) for projection in (attention.query, attention.key, attention.value))
-    context, probs = dense_reference(q, k, v, mask)
-    return context.transpose(1, 2).flatten(2)[:, :seq_len], probs[..., :seq_len, :seq_len]
+def test_the_reference_excludes_padding_and_gives_zero_not_nan_for_empty_partner_blocks():
+    # L = 6 with 3 real tokens, b = 3, n = 2: shift 0 attends the 3 real keys; shift 1 sends block 0 to block 1,
+    # which holds only padding, and block 1 to block 0.
+    query, key, value = torch.randn(3, 1, 2, 6, 4)
+    key_is_real = torch.tensor([[True] * 3 + [False] * 3])
+    output, probabilities = blockwise_attention(query, key, value, key_is_real, [0, 1], 2, 3)
+    assert not output.isnan().any() and not probabilities.isnan().any()
+    assert probabilities[0, :, :, 3:].abs().max() == 0  # padding keys get nothing
+    assert output[0, 1, :3].abs().max() == 0 and probabilities[0, 1, :3].abs().max() == 0  # empty partner block
+    changed_padding = value.clone()
+    changed_padding[..., 3:, :] = 100.0
+    torch.testing.assert_close(blockwise_attention(query, key, changed_padding, key_is_real, [0, 1], 2, 3)[0], output)
+
+
+def test_the_reference_with_one_block_is_full_attention():
+    query, key, value = torch.randn(3, 2, 4, 7, 8)
+    key_is_real = torch.tensor([[True] * 7, [True] * 4 + [False] * 3])
+    output, _ = blockwise_attention(query, key, value, key_is_real, [0] * 4, 1, 7)
+    expected = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=key_is_real[:, None, None])
+    torch.testing.assert_close(output, expected, atol=1e-6, rtol=1e-5)
+
+
+# --- the model against the reference ----------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
@@ -75,34 +79,23 @@ def reference_for_layer(model, hidden, mask, seq_len):
 )
 def test_equals_dense_masked_reference(num_blocks, heads_per_shift, lengths, attn_implementation):
     config = tiny_config(num_blocks=num_blocks, heads_per_shift=heads_per_shift, num_hidden_layers=1)
-    model = make_model(BlockBertModel, config, attn_implementation).eval()
+    model = make_model(BlockBertModel, config, attn_implementation)
     seq_len = max(lengths)
     input_ids, attention_mask = random_batch(lengths, seq_len)
     with torch.no_grad():
-        captured, _ = capture_first_attention(model, input_ids, attention_mask, output_attentions=True)
-        mask = spec_mask(config, attention_mask.bool())
-        expected, expected_probs = reference_for_layer(model, captured["hidden"], mask, seq_len)
+        captured, _ = run_capturing_first_attention(model, input_ids, attention_mask, output_attentions=True)
+        expected, expected_probs = reference_attention(model, captured["hidden"], attention_mask)
     real = attention_mask.bool()
     torch.testing.assert_close(captured["context"][real], expected[real], atol=1e-5, rtol=1e-5)
     if attn_implementation == "eager":
         dense = blockwise_attentions_to_dense(captured["weights"], config, seq_len)
-        torch.testing.assert_close(
-            dense[real[:, None, :, None].expand_as(dense)],
-            expected_probs[real[:, None, :, None].expand_as(dense)],
-            atol=1e-6,
-            rtol=1e-5,
-        )
+        real_queries = real[:, None, :, None].expand_as(dense)
+        torch.testing.assert_close(dense[real_queries], expected_probs[real_queries], atol=1e-6, rtol=1e-5)
 
 
 def test_block_size_larger_than_default_follows_the_rule():
     config = tiny_config(num_blocks=2, block_size=40, num_hidden_layers=1)  # n * b = 80 > N = 64
-    model = BlockBertModel(config).eval()
-    input_ids, attention_mask = random_batch([64, 45, 39], 64)
-    with torch.no_grad():
-        captured, _ = capture_first_attention(model, input_ids, attention_mask)
-        expected, _ = reference_for_layer(model, captured["hidden"], spec_mask(config, attention_mask.bool()), 64)
-    real = attention_mask.bool()
-    torch.testing.assert_close(captured["context"][real], expected[real], atol=1e-5, rtol=1e-5)
+    assert_first_attention_equals_reference(BlockBertModel(config).eval(), *random_batch([64, 45, 39], 64))
 
 
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
@@ -113,10 +106,10 @@ def test_empty_partner_block_gives_zero_output_without_nan(attn_implementation):
     model = make_model(BlockBertModel, config, attn_implementation).eval()
     input_ids, attention_mask = random_batch([30, 20], 30)
     with torch.no_grad():
-        captured, outputs = capture_first_attention(
+        captured, outputs = run_capturing_first_attention(
             model, input_ids, attention_mask, output_attentions=attn_implementation == "eager"
         )
-    b, d = config.block_size, 8
+    b, d = config.effective_block_size, 8
     context = captured["context"].view(2, 30, 4, d)
     assert not outputs.last_hidden_state.isnan().any()
     assert context[0, b:30, 2].abs().max() == 0  # shift 1, block 1 -> block 2 (past the end)
@@ -124,7 +117,7 @@ def test_empty_partner_block_gives_zero_output_without_nan(attn_implementation):
     assert context[1, :20, 2:].abs().max() == 0  # row 1: partner blocks hold only padding
     assert context[0, :b, 2].abs().max() > 0 and context[0, b:30, 3].abs().max() > 0
     if attn_implementation == "eager":
-        probs = captured["weights"]  # (batch, heads, tiles, b, b)
+        probs = captured["weights"]  # (batch, heads, blocks, b, b)
         assert probs[0, 2, 1].abs().max() == 0 and probs[0, 3, 0].abs().max() == 0
         assert probs[1, 2:, 0].abs().max() == 0
         torch.testing.assert_close(probs[0, 0, 0].sum(-1), torch.ones(b))
@@ -173,20 +166,15 @@ def test_padding_invariance(attention_pattern):
 
 def test_short_input_sees_full_attention_in_shift_zero_heads_and_zero_elsewhere():
     config = tiny_config(num_blocks=2, heads_per_shift=[3, 1], num_hidden_layers=1)
-    model = make_model(BlockBertModel, config, "eager").eval()
+    model = make_model(BlockBertModel, config, "eager")
     input_ids, attention_mask = random_batch([32, 20], 32)  # L <= b = 32
     with torch.no_grad():
-        captured, _ = capture_first_attention(model, input_ids, attention_mask)
-        hidden = captured["hidden"]
-        attention = model.encoder.layer[0].attention.self
-        q, k, v = (
-            p(hidden).view(2, 32, 4, 8).transpose(1, 2) for p in (attention.query, attention.key, attention.value)
-        )
-        key_mask = attention_mask.bool()[:, None, None, :]
-        full, _ = dense_reference(q[:, :3], k[:, :3], v[:, :3], key_mask)
-    context = captured["context"].view(2, 32, 4, 8)
+        captured, _ = run_capturing_first_attention(model, input_ids, attention_mask)
+        # Full attention for every head: the rule with one block.
+        full, _ = reference_attention(model, captured["hidden"], attention_mask, head_shifts=[0] * 4, num_blocks=1)
+    context, full = captured["context"].view(2, 32, 4, 8), full.view(2, 32, 4, 8)
     real = attention_mask.bool()
-    torch.testing.assert_close(context[:, :, :3][real], full.transpose(1, 2)[real], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(context[:, :, :3][real], full[:, :, :3][real], atol=1e-5, rtol=1e-5)
     assert context[:, :, 3].abs().max() == 0
 
 
@@ -203,8 +191,8 @@ def test_eager_equals_sdpa():
     torch.testing.assert_close(a[real], b[real], atol=1e-5, rtol=1e-5)
 
 
-def test_kernel_only_sees_block_tiles(monkeypatch):
-    """Cost: scores are n blocks of b x b per head; no N x N matrix reaches the kernel."""
+def test_kernel_only_sees_b_by_b_scores(monkeypatch):
+    """Cost: the kernel computes b x b scores for each of the n blocks of a head; no N x N matrix reaches it."""
     config = tiny_config(num_blocks=4, heads_per_shift=[1, 1, 1, 1], num_hidden_layers=1)
     model = make_model(BlockBertModel, config, "eager").eval()
     seen = []
@@ -243,19 +231,30 @@ def test_sparse_fixed_density_matches_paper(seq_len, paper_density):
     assert abs(density - paper_density) < 1.0
 
 
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
 @pytest.mark.parametrize("attention_pattern", ["full", "sparse_fixed"])
-def test_dense_patterns_equal_their_masked_reference(attention_pattern):
+def test_dense_patterns_equal_their_masked_reference(attention_pattern, attn_implementation):
     config = tiny_config(
         attention_pattern=attention_pattern, sparse_stride=8, sparse_expressivity=2, num_hidden_layers=1
     )
-    model = BlockBertModel(config).eval()
-    lengths = [64, 37, 3]
-    input_ids, attention_mask = random_batch(lengths, 64)
-    allowed = attention_mask.bool()[:, None, None, :].expand(3, 4, 64, 64)
-    if attention_pattern == "sparse_fixed":
-        allowed = allowed & sparse_fixed_pattern(64, 8, 2)
-    with torch.no_grad():
-        captured, _ = capture_first_attention(model, input_ids, attention_mask)
-        expected, _ = reference_for_layer(model, captured["hidden"], allowed, 64)
+    model = make_model(BlockBertModel, config, attn_implementation)
+    input_ids, attention_mask = random_batch([64, 37, 3], 64)
+    if attention_pattern == "full":
+        # Full attention is the block rule with one block.
+        with torch.no_grad():
+            captured, _ = run_capturing_first_attention(model, input_ids, attention_mask)
+            expected, _ = reference_attention(model, captured["hidden"], attention_mask, num_blocks=1, block_size=64)
+    else:
+        # Every real query may attend itself, so no row is empty: SDPA with the boolean mask is the reference.
+        attention = model.encoder.layer[0].attention.self
+        allowed = attention_mask.bool()[:, None, None, :] & sparse_fixed_pattern(64, 8, 2)
+        with torch.no_grad():
+            captured, _ = run_capturing_first_attention(model, input_ids, attention_mask)
+            query, key, value = (
+                projection(captured["hidden"]).view(3, 64, 4, 8).transpose(1, 2)
+                for projection in (attention.query, attention.key, attention.value)
+            )
+            expected = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=allowed)
+            expected = expected.transpose(1, 2).flatten(2)
     real = attention_mask.bool()
     torch.testing.assert_close(captured["context"][real], expected[real], atol=1e-5, rtol=1e-5)

@@ -1,4 +1,5 @@
-"""flex_attention (compiled by torch on first use) against the eager kernel, over patterns and lengths.
+"""flex_attention (compiled by torch on first use) against the dense reference and the eager kernel, over patterns
+and lengths.
 
 torch's CPU flex kernel has given wrong results at lengths of 8 mod 16 and failed to compile some patterns in one
 process; these tests keep checking the next torch. The full length matrix is marked slow (`make test-all`).
@@ -8,7 +9,8 @@ import copy
 
 import pytest
 import torch
-from conftest import random_batch, tiny_config
+from attention_checks import reference_attention, run_capturing_first_attention
+from conftest import make_model, random_batch, tiny_config
 
 from blockbert_hf import BlockBertModel, modeling_blockbert
 
@@ -55,13 +57,30 @@ def _flex_not_yet_given_up(monkeypatch):
     monkeypatch.setattr(modeling_blockbert, "_flex_unavailable", False)
 
 
-def check_flex_against_eager(pattern: str, lengths: list[int]) -> None:
-    found = mismatches(PATTERNS[pattern], lengths)
+def xfail_if_flex_fell_back(pattern: str) -> None:
     if modeling_blockbert._flex_unavailable:
         # The model fell back to sdpa (and warned): what was compared is sdpa. Known with torch 2.13 on CPU for
         # sparse_fixed compiled after other patterns in one process (Inductor's CppCompileError).
         pytest.xfail(f"torch could not compile flex_attention for {pattern}; BlockBERT fell back to sdpa")
+
+
+def check_flex_against_eager(pattern: str, lengths: list[int]) -> None:
+    found = mismatches(PATTERNS[pattern], lengths)
+    xfail_if_flex_fell_back(pattern)
     assert found == []
+
+
+def test_flex_attention_equals_the_reference():
+    """Padded rows, a last block shorter than b (flex pads it to 32) and empty partner blocks."""
+    config = tiny_config(num_blocks=3, heads_per_shift=[2, 1, 1], num_hidden_layers=1)
+    model = make_model(BlockBertModel, config, "flex_attention")
+    input_ids, attention_mask = random_batch([64, 45, 22, 1], 64)
+    with torch.no_grad():
+        captured, _ = run_capturing_first_attention(model, input_ids, attention_mask)
+        expected, _ = reference_attention(model, captured["hidden"], attention_mask)
+    xfail_if_flex_fell_back("blockwise n=3")
+    real = attention_mask.bool()
+    torch.testing.assert_close(captured["context"][real], expected[real], atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("pattern", QUICK_CHECKS)

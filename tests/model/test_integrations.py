@@ -1,4 +1,5 @@
-"""What users combine BlockBERT with: `transformers.Trainer` on every head, PEFT LoRA on the attention projections."""
+"""What users combine BlockBERT with: `transformers.Trainer` on every head, transformers' fill-mask pipeline, PEFT LoRA
+on the attention projections."""
 
 import copy
 
@@ -6,7 +7,7 @@ import peft
 import pytest
 import torch
 from conftest import random_batch, tiny_config
-from transformers import Trainer, TrainingArguments
+from transformers import Trainer, TrainingArguments, pipeline
 
 from blockbert_hf import (
     BlockBertForMaskedLM,
@@ -15,6 +16,7 @@ from blockbert_hf import (
     BlockBertForSequenceClassification,
     BlockBertForTokenClassification,
 )
+from blockbert_hf.tokenization import match_tokenizer_to_config
 
 
 NUM_EXAMPLES, SEQ_LEN, NUM_CHOICES = 8, 40, 3
@@ -78,6 +80,52 @@ def test_trainer_trains_every_head(model_class, tmp_path):
     unchanged = [name for name, parameter in model.named_parameters() if torch.equal(parameter, before[name])]
     # named_parameters lists tied tensors (MLM decoder and word embeddings) once: every one of them must have moved.
     assert not unchanged, f"{model_class.__name__}: parameters the Trainer did not update: {unchanged}"
+
+
+def test_trainer_lowers_the_loss(tmp_path):
+    model = BlockBertForSequenceClassification(tiny_config())
+    input_ids, attention_mask = random_batch([40] * 16, 40)
+    labels = (input_ids[:, 0] % 2).long()
+    dataset = [dict(input_ids=i, attention_mask=m, labels=y) for i, m, y in zip(input_ids, attention_mask, labels)]
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=8,
+        num_train_epochs=15,
+        learning_rate=3e-3,
+        report_to=[],
+        save_strategy="no",
+        logging_steps=1,
+        use_cpu=True,
+    )
+    trainer = Trainer(model=model, args=args, train_dataset=dataset)
+    trainer.train()
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert losses[-1] < losses[0]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Pipelines
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_fill_mask_pipeline_fills_in_what_the_model_predicts(tokenizer):
+    config = tiny_config(vocab_size=len(tokenizer))
+    model = BlockBertForMaskedLM(config).eval()
+    (made,) = tokenizer(" made", add_special_tokens=False).input_ids
+    with torch.no_grad():
+        model.lm_head.bias[made] = 20.0  # the untrained head now predicts " made" at every position
+    text = f"The battleship was{tokenizer.mask_token} in 1912."  # the mask stands for " made", space included
+    fill = pipeline("fill-mask", model=model, tokenizer=match_tokenizer_to_config(tokenizer, config))
+    predictions = fill(text, top_k=3)
+    assert predictions[0]["token"] == made and predictions[0]["token_str"].strip() == "made"
+    assert predictions[0]["sequence"] == "The battleship was made in 1912."
+    # The three candidates and their scores are the model's own at the masked position.
+    inputs = tokenizer(text, return_tensors="pt")
+    (position,) = (inputs.input_ids[0] == tokenizer.mask_token_id).nonzero()[0].tolist()
+    with torch.no_grad():
+        top = model(**inputs).logits[0, position].softmax(-1).topk(3)
+    assert [prediction["token"] for prediction in predictions] == top.indices.tolist()
+    torch.testing.assert_close(torch.tensor([prediction["score"] for prediction in predictions]), top.values)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -1,26 +1,19 @@
-"""Heads, RoBERTa/BERT equivalence at n = 1, saving/loading, AutoClasses, trust_remote_code, pipelines, Trainer."""
-
-import json
-import subprocess
-import sys
-import textwrap
+"""The model classes: every head with n = 1 is RoBERTa's head (and BERT with BERT positions), the outputs transformers'
+common model tests check (attentions, hidden states, gradients through both), training, and inputs the model refuses."""
 
 import pytest
 import torch
 from conftest import make_model, random_batch, tiny_config
 from transformers import (
-    AutoModel,
-    AutoModelForMaskedLM,
-    AutoModelForQuestionAnswering,
-    AutoTokenizer,
     BertConfig,
     BertModel,
     RobertaConfig,
     RobertaForMaskedLM,
+    RobertaForMultipleChoice,
+    RobertaForQuestionAnswering,
+    RobertaForSequenceClassification,
+    RobertaForTokenClassification,
     RobertaModel,
-    Trainer,
-    TrainingArguments,
-    pipeline,
 )
 
 from blockbert_hf import (
@@ -31,8 +24,6 @@ from blockbert_hf import (
     BlockBertForTokenClassification,
     BlockBertModel,
 )
-from blockbert_hf.saving import save_atomically
-from blockbert_hf.tokenization import match_tokenizer_to_config
 
 
 ROBERTA_FIELDS = dict(
@@ -48,23 +39,56 @@ ROBERTA_FIELDS = dict(
     hidden_dropout_prob=0.0,
     attention_probs_dropout_prob=0.0,
 )
+ROBERTA_HEADS = {
+    BlockBertModel: RobertaModel,
+    BlockBertForMaskedLM: RobertaForMaskedLM,
+    BlockBertForSequenceClassification: RobertaForSequenceClassification,
+    BlockBertForTokenClassification: RobertaForTokenClassification,
+    BlockBertForQuestionAnswering: RobertaForQuestionAnswering,
+    BlockBertForMultipleChoice: RobertaForMultipleChoice,
+}
+NUM_LABELS = 3
+
+
+def head_batch(model_class, seq_len: int = 64) -> dict:
+    """A right-padded batch of two with the labels the head's loss takes (three choices each for multiple choice)."""
+    if model_class is BlockBertForMultipleChoice:
+        input_ids, attention_mask = random_batch([seq_len, 30, 50, 9, seq_len, 21], seq_len)
+        batch = {"input_ids": input_ids.view(2, 3, seq_len), "attention_mask": attention_mask.view(2, 3, seq_len)}
+        return {**batch, "labels": torch.tensor([0, 2])}
+    input_ids, attention_mask = random_batch([seq_len, 30], seq_len)
+    batch = {"input_ids": input_ids, "attention_mask": attention_mask}
+    if model_class is BlockBertForMaskedLM:
+        batch["labels"] = input_ids.masked_fill(~attention_mask.bool(), -100)
+    elif model_class is BlockBertForQuestionAnswering:
+        batch.update(start_positions=torch.tensor([1, 2]), end_positions=torch.tensor([3, 4]))
+    elif model_class is BlockBertForSequenceClassification:
+        batch["labels"] = torch.tensor([0, 2])
+    elif model_class is BlockBertForTokenClassification:
+        batch["labels"] = (input_ids % NUM_LABELS).masked_fill(~attention_mask.bool(), -100)
+    return batch
+
+
+# --- n = 1 is RoBERTa (docs/attention.md, "`n = 1` is RoBERTa") -------------------------------------------------------
 
 
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
-@pytest.mark.parametrize(
-    "blockbert_class, roberta_class", [(BlockBertModel, RobertaModel), (BlockBertForMaskedLM, RobertaForMaskedLM)]
-)
-def test_one_block_reproduces_roberta(blockbert_class, roberta_class, attn_implementation):
-    roberta = make_model(roberta_class, RobertaConfig(**ROBERTA_FIELDS), attn_implementation)
-    blockbert = make_model(blockbert_class, tiny_config(num_blocks=1), attn_implementation)
+@pytest.mark.parametrize("blockbert_class", list(ROBERTA_HEADS), ids=lambda cls: cls.__name__)
+def test_one_block_reproduces_roberta(blockbert_class, attn_implementation):
+    """Every head, on RoBERTa's weights with n = 1: RoBERTa's outputs and loss, padded positions included."""
+    num_labels = 2 if blockbert_class is BlockBertForQuestionAnswering else NUM_LABELS
+    roberta_config = RobertaConfig(**ROBERTA_FIELDS, num_labels=num_labels)
+    roberta = make_model(ROBERTA_HEADS[blockbert_class], roberta_config, attn_implementation)
+    blockbert = make_model(blockbert_class, tiny_config(num_blocks=1, num_labels=num_labels), attn_implementation)
     result = blockbert.load_state_dict(roberta.state_dict(), strict=True)
     assert not result.missing_keys and not result.unexpected_keys
-    input_ids, attention_mask = random_batch([64, 50, 3], 64)
+    batch = head_batch(blockbert_class)
     with torch.no_grad():
-        expected = roberta(input_ids, attention_mask=attention_mask)[0]
-        actual = blockbert(input_ids, attention_mask=attention_mask)[0]
-    real = attention_mask.bool()
-    assert (actual[real] - expected[real]).abs().max() < 1e-5
+        expected = roberta(**batch)
+        actual = blockbert(**batch)
+    assert actual.keys() == expected.keys()
+    for name, value in expected.items():
+        assert (actual[name] - value).abs().max() < 1e-5, name
 
 
 def test_one_block_reproduces_bert_with_bert_positions():
@@ -95,160 +119,81 @@ def test_one_block_reproduces_bert_with_bert_positions():
     assert (actual.pooler_output - expected.pooler_output).abs().max() < 1e-5
 
 
-def test_heads_forward_and_losses():
-    config = tiny_config(num_labels=3)
-    input_ids, attention_mask = random_batch([40, 25], 40)
-    mlm = BlockBertForMaskedLM(config)
-    labels = torch.full_like(input_ids, -100)
-    labels[:, 5] = input_ids[:, 5]
-    out = mlm(input_ids, attention_mask=attention_mask, labels=labels)
-    assert out.logits.shape == (2, 40, 120) and out.loss.ndim == 0
+# --- transformers' common model tests ---------------------------------------------------------------------------------
 
-    qa = BlockBertForQuestionAnswering(tiny_config())
-    out = qa(
-        input_ids,
-        attention_mask=attention_mask,
-        start_positions=torch.tensor([3, 4]),
-        end_positions=torch.tensor([5, 6]),
+
+@pytest.mark.parametrize(
+    "fields, expected_shape",
+    [
+        ({}, (2, 4, 2, 32, 32)),  # blockwise: (batch, heads, blocks, b, b)
+        ({"num_blocks": 4, "heads_per_shift": [1, 1, 1, 1]}, (2, 4, 4, 16, 16)),
+        ({"attention_pattern": "full"}, (2, 4, 64, 64)),
+        ({"attention_pattern": "sparse_fixed", "sparse_stride": 8, "sparse_expressivity": 2}, (2, 4, 64, 64)),
+    ],
+)
+def test_attentions_and_hidden_states_outputs(fields, expected_shape):
+    config = tiny_config(**fields)
+    model = make_model(BlockBertModel, config, "eager")
+    input_ids, attention_mask = random_batch([64, 50], 64)
+    assert model(input_ids, attention_mask=attention_mask).attentions is None  # only when asked
+    outputs = model(input_ids, attention_mask=attention_mask, output_attentions=True, output_hidden_states=True)
+    assert len(outputs.attentions) == config.num_hidden_layers
+    assert all(tuple(attention.shape) == expected_shape for attention in outputs.attentions)
+    assert len(outputs.hidden_states) == config.num_hidden_layers + 1
+    assert all(tuple(hidden.shape) == (2, 64, config.hidden_size) for hidden in outputs.hidden_states)
+    torch.testing.assert_close(outputs.hidden_states[-1], outputs.last_hidden_state)
+    as_tuple = model(input_ids, attention_mask=attention_mask, output_attentions=True, return_dict=False)
+    assert len(as_tuple) == 3 and len(as_tuple[2]) == config.num_hidden_layers
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{}, {"num_blocks": 3, "heads_per_shift": [2, 1, 1]}, {"attention_pattern": "full"}],
+    ids=["n=2", "n=3", "full"],
+)
+def test_gradients_flow_through_returned_attentions_and_hidden_states(fields):
+    """transformers' `test_retain_grad_hidden_states_attentions`: the returned tensors are the ones in the graph."""
+    model = make_model(BlockBertModel, tiny_config(**fields), "eager").train()
+    input_ids, attention_mask = random_batch([64, 21], 64)
+    outputs = model(input_ids, attention_mask=attention_mask, output_attentions=True, output_hidden_states=True)
+    attentions, hidden_states = outputs.attentions[0], outputs.hidden_states[0]
+    attentions.retain_grad()
+    hidden_states.retain_grad()
+    outputs.last_hidden_state.flatten()[0].backward()
+    assert attentions.grad is not None and hidden_states.grad is not None
+    assert attentions.grad.abs().sum() > 0
+
+
+def test_returned_attentions_are_the_probabilities_that_multiply_values():
+    """Rows of queries with no admissible key are zero in the returned probabilities and give zero output."""
+    config = tiny_config(num_hidden_layers=1)
+    model = make_model(BlockBertModel, config, "eager")
+    input_ids, attention_mask = random_batch([20], 20)  # L <= b: the shift-1 head (head 3) sees no key
+    captured = {}
+    handle = model.encoder.layer[0].attention.self.register_forward_hook(
+        lambda module, args, output: captured.update(context=output[0], weights=output[1])
     )
-    assert out.start_logits.shape == (2, 40) and torch.isfinite(out.loss)
-
-    seq = BlockBertForSequenceClassification(config)
-    out = seq(input_ids, attention_mask=attention_mask, labels=torch.tensor([0, 2]))
-    assert out.logits.shape == (2, 3) and torch.isfinite(out.loss)
-
-    tok = BlockBertForTokenClassification(config)
-    out = tok(input_ids, attention_mask=attention_mask, labels=torch.randint(0, 3, (2, 40)))
-    assert out.logits.shape == (2, 40, 3) and torch.isfinite(out.loss)
-
-    mc = BlockBertForMultipleChoice(config)
-    out = mc(
-        input_ids[:, None].expand(2, 4, 40),
-        attention_mask=attention_mask[:, None].expand(2, 4, 40),
-        labels=torch.tensor([1, 3]),
-    )
-    assert out.logits.shape == (2, 4) and torch.isfinite(out.loss)
-    out.loss.backward()
-
-
-def test_save_load_round_trip_keeps_weights_tied(tmp_path):
-    model = BlockBertForMaskedLM(tiny_config()).eval()
-    assert model.lm_head.decoder.weight.data_ptr() == model.roberta.embeddings.word_embeddings.weight.data_ptr()
-    model.save_pretrained(tmp_path)
-    assert (tmp_path / "model.safetensors").exists()
-    assert (tmp_path / "modeling_blockbert.py").exists() and (tmp_path / "configuration_blockbert.py").exists()
-    auto_map = json.loads((tmp_path / "config.json").read_text())["auto_map"]
-    assert set(auto_map) >= {
-        "AutoConfig",
-        "AutoModel",
-        "AutoModelForMaskedLM",
-        "AutoModelForQuestionAnswering",
-        "AutoModelForSequenceClassification",
-        "AutoModelForTokenClassification",
-        "AutoModelForMultipleChoice",
-    }
-    loaded = AutoModelForMaskedLM.from_pretrained(tmp_path).eval()
-    assert type(loaded) is BlockBertForMaskedLM
-    assert loaded.lm_head.decoder.weight.data_ptr() == loaded.roberta.embeddings.word_embeddings.weight.data_ptr()
-    input_ids, attention_mask = random_batch([30, 12], 30)
     with torch.no_grad():
-        torch.testing.assert_close(
-            loaded(input_ids, attention_mask=attention_mask).logits,
-            model(input_ids, attention_mask=attention_mask).logits,
-        )
+        model(input_ids, attention_mask=attention_mask, output_attentions=True)
+    handle.remove()
+    weights = captured["weights"]
+    assert weights[:, 3].abs().sum() == 0
+    torch.testing.assert_close(weights[:, :3].sum(-1), torch.ones_like(weights[:, :3].sum(-1)))
+    head_dim = config.hidden_size // config.num_attention_heads
+    assert captured["context"][..., 3 * head_dim :].abs().sum() == 0
 
 
-def test_trust_remote_code_without_the_package(tmp_path, tokenizer):
-    """A saved folder loads with every AutoModelFor... in a process where `import blockbert_hf` fails."""
-    config = tiny_config(vocab_size=len(tokenizer))
-    model = BlockBertForMaskedLM(config).eval()
-    match_tokenizer_to_config(tokenizer, config)
-    save_atomically(tmp_path / "model", model.save_pretrained, tokenizer.save_pretrained)
-    input_ids, attention_mask = random_batch([20, 9], 20, vocab_size=len(tokenizer))
-    with torch.no_grad():
-        expected = model.roberta(input_ids, attention_mask=attention_mask).last_hidden_state
-    torch.save({"input_ids": input_ids, "attention_mask": attention_mask, "expected": expected}, tmp_path / "io.pt")
-    script = textwrap.dedent(f"""
-        import sys
-        sys.modules["blockbert_hf"] = None  # hide the installed package
-        try:
-            import blockbert_hf
-        except ImportError:
-            pass
-        else:
-            raise SystemExit("blockbert_hf is importable")
-        import torch
-        from transformers import (AutoConfig, AutoModel, AutoModelForMaskedLM, AutoModelForMultipleChoice,
-            AutoModelForQuestionAnswering, AutoModelForSequenceClassification, AutoModelForTokenClassification,
-            AutoTokenizer)
-        folder = {str(tmp_path / "model")!r}
-        io = torch.load({str(tmp_path / "io.pt")!r})
-        base = AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
-        assert type(base).__name__ == "BlockBertModel", type(base)
-        with torch.no_grad():
-            out = base(io["input_ids"], attention_mask=io["attention_mask"]).last_hidden_state
-        print("max_diff", (out - io["expected"]).abs().max().item())
-        for auto in (AutoModelForMaskedLM, AutoModelForQuestionAnswering, AutoModelForSequenceClassification,
-                     AutoModelForTokenClassification, AutoModelForMultipleChoice):
-            print(type(auto.from_pretrained(folder, trust_remote_code=True)).__name__)
-        tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
-        print("model_max_length", tokenizer.model_max_length)
-    """)
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    lines = result.stdout.split("\n")
-    assert float(next(line for line in lines if line.startswith("max_diff")).split()[1]) < 1e-5
-    for name in (
-        "BlockBertForMaskedLM",
-        "BlockBertForQuestionAnswering",
-        "BlockBertForSequenceClassification",
-        "BlockBertForTokenClassification",
-        "BlockBertForMultipleChoice",
-    ):
-        assert name in lines
-    assert "model_max_length 64" in lines, result.stdout
+# --- training ---------------------------------------------------------------------------------------------------------
 
 
-def test_auto_classes_and_tokenizer_resolve_for_a_saved_folder(tmp_path, tokenizer):
-    config = tiny_config(vocab_size=len(tokenizer))
-    match_tokenizer_to_config(tokenizer, config)
-    save_atomically(tmp_path, BlockBertForMaskedLM(config).save_pretrained, tokenizer.save_pretrained)
-    assert type(AutoModel.from_pretrained(tmp_path)) is BlockBertModel
-    assert type(AutoModelForQuestionAnswering.from_pretrained(tmp_path)) is BlockBertForQuestionAnswering
-    loaded_tokenizer = AutoTokenizer.from_pretrained(tmp_path)
-    assert loaded_tokenizer.model_max_length == config.max_sequence_length == 64
-    assert loaded_tokenizer("The battleship").input_ids == tokenizer("The battleship").input_ids
-
-
-def test_fill_mask_pipeline(tokenizer):
-    config = tiny_config(vocab_size=len(tokenizer))
-    model = BlockBertForMaskedLM(config).eval()
-    fill = pipeline("fill-mask", model=model, tokenizer=match_tokenizer_to_config(tokenizer, config))
-    predictions = fill(f"The battleship was {tokenizer.mask_token} in 1912.", top_k=3)
-    assert len(predictions) == 3 and all(0 <= p["score"] <= 1 for p in predictions)
-    assert all(p["token"] < len(tokenizer) for p in predictions)
-
-
-def test_trainer_runs_and_lowers_the_loss(tmp_path):
-    config = tiny_config()
-    model = BlockBertForSequenceClassification(config)
-    input_ids, attention_mask = random_batch([40] * 16, 40)
-    labels = (input_ids[:, 0] % 2).long()
-    dataset = [dict(input_ids=i, attention_mask=m, labels=y) for i, m, y in zip(input_ids, attention_mask, labels)]
-    args = TrainingArguments(
-        output_dir=str(tmp_path),
-        per_device_train_batch_size=8,
-        num_train_epochs=15,
-        learning_rate=3e-3,
-        report_to=[],
-        save_strategy="no",
-        logging_steps=1,
-        use_cpu=True,
-    )
-    trainer = Trainer(model=model, args=args, train_dataset=dataset)
-    trainer.train()
-    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
-    assert losses[-1] < losses[0]
+@pytest.mark.parametrize("model_class", list(ROBERTA_HEADS)[1:], ids=lambda cls: cls.__name__)
+def test_training_reaches_every_parameter(model_class):
+    num_labels = 2 if model_class is BlockBertForQuestionAnswering else NUM_LABELS
+    model = model_class(tiny_config(num_labels=num_labels)).train()
+    model(**head_batch(model_class)).loss.backward()
+    # The pooler feeds only multiple choice; position rows past the input and the padding row get no gradient.
+    no_grad = {name for name, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0}
+    assert no_grad <= {"roberta.pooler.dense.weight", "roberta.pooler.dense.bias"}, no_grad
 
 
 def test_gradient_checkpointing_gives_identical_gradients():
@@ -272,25 +217,6 @@ def test_gradient_checkpointing_gives_identical_gradients():
         torch.testing.assert_close(gradients[0][name], gradients[1][name], atol=1e-6, rtol=1e-5)
 
 
-def test_resize_token_embeddings_keeps_the_decoder_tied():
-    model = BlockBertForMaskedLM(tiny_config())
-    model.resize_token_embeddings(130)
-    assert model.config.vocab_size == 130
-    assert model.lm_head.decoder.weight.shape == (130, 32)
-    assert model.lm_head.decoder.weight.data_ptr() == model.roberta.embeddings.word_embeddings.weight.data_ptr()
-    assert model(torch.randint(3, 130, (1, 10))).logits.shape == (1, 10, 130)
-
-
-def test_atomic_save_leaves_nothing_behind_on_failure(tmp_path):
-    def broken(folder):
-        (folder / "half.bin").write_text("x")
-        raise RuntimeError("disk full")
-
-    with pytest.raises(RuntimeError):
-        save_atomically(tmp_path / "out", broken)
-    assert list(tmp_path.iterdir()) == []
-
-
 def test_sparse_prediction_gives_the_same_loss_with_logits_only_for_labelled_positions():
     input_ids, attention_mask = random_batch([40, 25], 40)
     labels = torch.full_like(input_ids, -100)
@@ -308,21 +234,41 @@ def test_sparse_prediction_gives_the_same_loss_with_logits_only_for_labelled_pos
     torch.testing.assert_close(sparse_out.logits, dense_out.logits[labels != -100])
 
 
-def test_attention_weights_only_when_asked():
-    model = make_model(BlockBertModel, tiny_config(num_blocks=2), "eager")
-    input_ids, attention_mask = random_batch([40, 25], 40)
+def test_resize_token_embeddings_keeps_the_decoder_tied():
+    model = BlockBertForMaskedLM(tiny_config())
+    model.resize_token_embeddings(130)
+    assert model.config.vocab_size == 130
+    assert model.lm_head.decoder.weight.shape == (130, 32)
+    assert model.lm_head.decoder.weight.data_ptr() == model.roberta.embeddings.word_embeddings.weight.data_ptr()
+    assert model(torch.randint(3, 130, (1, 10))).logits.shape == (1, 10, 130)
+
+
+# --- inputs -----------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "inputs, message",
+    [
+        ({"input_ids": torch.ones(1, 0, dtype=torch.long)}, "sequence length 0"),
+        ({"input_ids": torch.tensor([0, 5, 6, 2])}, r"add the batch dimension \(input_ids\[None\]\)"),
+        ({"inputs_embeds": torch.zeros(5, 32)}, r"inputs_embeds has shape \(5, 32\); expected 3 dimensions"),
+        ({}, "exactly one of input_ids or inputs_embeds"),
+    ],
+)
+def test_unusable_inputs_get_a_clear_error(inputs, message):
+    model = make_model(BlockBertModel, tiny_config())
+    with pytest.raises(ValueError, match=message):
+        model(**inputs)
+
+
+def test_a_traced_model_keeps_the_attention_mask():
+    """torch.jit.trace of an unpadded batch must not bake in the 'nothing is padded' shortcut."""
+    model = make_model(BlockBertModel, tiny_config(), "eager")
+    model.config.return_dict = False
+    unpadded = random_batch([40, 40], 40)
     with torch.no_grad():
-        assert model(input_ids, attention_mask=attention_mask).attentions is None
-        attentions = model(input_ids, attention_mask=attention_mask, output_attentions=True).attentions
-    assert len(attentions) == 2 and attentions[0].shape == (2, 4, 2, 32, 32)
-
-
-def test_atomic_save_gives_an_ordinary_folder(tmp_path):
-    import os
-    import stat
-
-    umask = os.umask(0)
-    os.umask(umask)
-    folder = save_atomically(tmp_path / "out", lambda staging: (staging / "a.txt").write_text("x"))
-    assert stat.S_IMODE(folder.stat().st_mode) == 0o777 & ~umask
-    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+        traced = torch.jit.trace(model, unpadded, check_trace=False, strict=False)
+        input_ids, attention_mask = random_batch([40, 27], 40)
+        expected = model(input_ids, attention_mask=attention_mask)[0]
+        actual = traced(input_ids, attention_mask)[0]
+    torch.testing.assert_close(actual[attention_mask.bool()], expected[attention_mask.bool()], atol=1e-5, rtol=1e-5)

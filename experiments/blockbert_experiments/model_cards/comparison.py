@@ -13,8 +13,11 @@ from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard
 
+from blockbert_benchmarks.measuring.machine import recorded_path
 from blockbert_hf.configuration_blockbert import BlockBertConfig
 
+from ..minilm import MINILM_DEFINITION, MINILM_VARIABLE
+from ..qa_comparison.layout import DATA_DIR_VARIABLE, WORK_DIR_VARIABLE
 from ..qa_comparison.scores import configuration_key, equal_window_pairs
 from .common import (
     CITATION,
@@ -30,12 +33,17 @@ from .common import (
     _qa_card_data,
     _qa_usage,
     _read_model_config,
-    _recorded_path,
     _squad_eval_results,
     _table,
 )
 
 
+# The folders the recorded commands name rather than give (`qa_comparison.layout.recorded_names`).
+COMMAND_VARIABLES = {
+    MINILM_VARIABLE: "the model folder of the installed all-MiniLM-L6-v2, set by the first line",
+    DATA_DIR_VARIABLE: "the folder of the long-context sets (`experiments/build_long_context_qa.py`)",
+    WORK_DIR_VARIABLE: "the comparison's work folder (converted models, checkpoints, predictions)",
+}
 ATTENTION_ROLES = {
     "full": "full attention (the paper's RoBERTa-1seq role)",
     "sparse_fixed": "the sparse fixed pattern (the paper's SparseBERT role)",
@@ -195,7 +203,7 @@ def _comparison_text(report_path: Path, cell: str) -> str:
     if not report_path.is_file():
         return ""
     report = json.loads(report_path.read_text(encoding="utf-8"))
-    recorded = _recorded_path(report_path)
+    recorded = recorded_path(report_path)
     baseline_note = ""
     if cell == report.get("baseline"):
         baseline_note = (
@@ -252,13 +260,28 @@ def _same_configuration(cells: Mapping[str, dict], cell: str) -> list[str]:
     return [name for name in cells if configuration_key(cells, name) == key]
 
 
+def _named_folders(commands: Sequence[str]) -> list[str]:
+    """The `COMMAND_VARIABLES` the commands name, in that order."""
+    words = {word for command in commands for word in command.split()}
+    return [name for name in COMMAND_VARIABLES if any(word == name or word.startswith(f"{name}/") for word in words)]
+
+
 def _commands_text(results: Mapping) -> str:
     convert, train, evaluate = _commands_by_step(results["commands"])
-    lines = ["# convert the starting weights", *convert, "", "# fine-tune", *train]
+    named = _named_folders(results["commands"])
+    lines = [MINILM_DEFINITION] if MINILM_VARIABLE in named else []
+    lines += ["# convert the starting weights", *convert, "", "# fine-tune", *train]
     for name in results["sets"]:
         if name in evaluate:
             lines += ["", f"# evaluate: {name}", evaluate[name]]
-    return "From the repository root, as run:\n\n```bash\n" + "\n".join(lines) + "\n```\n"
+    folders = "; ".join(f"`{name}` is {COMMAND_VARIABLES[name]}" for name in named)
+    return (
+        "From the repository root, as run"
+        + (f" ({folders})" if folders else "")
+        + ":\n\n```bash\n"
+        + "\n".join(lines)
+        + "\n```\n"
+    )
 
 
 def _untrained_positions(results: Mapping, config: BlockBertConfig) -> list[str]:
@@ -291,13 +314,13 @@ def results_card(
     config = _read_model_config(model_dir)
     _check_model_matches(config, results["cell"], model_dir, results_path)
     base_model, license = _base_model(results, base_model, license)
-    recorded = _recorded_path(results_path)
+    recorded = recorded_path(results_path)
     _, _, evaluations = _commands_by_step(results["commands"])
     tags = ["blockbert", "long-context", f"{config.attention_pattern.replace('_', '-')}-attention", "squad"]
     data = _qa_card_data(name, base_model, license, tags, _eval_results(results), recorded)
-    heads = _heads_text(config.heads_per_shift)
+    heads, block_size = _heads_text(config.heads_per_shift), config.effective_block_size
     attention = (
-        f"blockwise attention (n = {config.num_blocks} blocks of b = {config.block_size} tokens, heads {heads})"
+        f"blockwise attention (n = {config.num_blocks} blocks of b = {block_size} tokens, heads {heads})"
         if config.attention_pattern == "blockwise"
         else ATTENTION_ROLES.get(config.attention_pattern, f"`{config.attention_pattern}` attention")
     )

@@ -12,8 +12,10 @@ from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard
 
+from blockbert_benchmarks.measuring.machine import recorded_path
 from blockbert_hf.configuration_blockbert import BlockBertConfig, parse_heads_per_shift
 
+from ..minilm import MINILM_DEFINITION, MINILM_VARIABLE
 from .common import (
     CITATION,
     REPOSITORY,
@@ -28,7 +30,6 @@ from .common import (
     _qa_card_data,
     _qa_usage,
     _read_model_config,
-    _recorded_path,
     _squad_eval_results,
     _table,
 )
@@ -233,12 +234,18 @@ def _training_text(results: Mapping) -> str:
     return _table(["", ""], rows)
 
 
+def _variable_definitions(command: str) -> list[str]:
+    """The shell line that sets `$MINILM` (the installed all-MiniLM-L6-v2), where the recorded command names it."""
+    return [MINILM_DEFINITION] if MINILM_VARIABLE in command.split() else []
+
+
 def _commands_text(results: Mapping) -> str:
     lines = [
         "# the demo: convert, fine-tune, evaluate, measure, write this card",
         results["command"],
         "",
-        f"# its conversion step (SOURCE: {results['source_model']['path']})",
+        f"# its conversion step, from {results['source_model']['path']}",
+        *_variable_definitions(results["conversion"]["command"]),
         results["conversion"]["command"],
     ]
     if results["training"].get("command"):
@@ -263,11 +270,11 @@ def demo_card(
     config = _read_model_config(model_dir)
     _check_model_matches(config, results["model"], model_dir, results_path)
     base_model, license = _base_model(results, base_model, license)
-    recorded = _recorded_path(results_path)
+    recorded = recorded_path(results_path)
     training, held_out, conversion = results["training"], results["held_out"], results["conversion"]
     tags = ["blockbert", "long-context", "blockwise-attention"]
     data = _qa_card_data(name, base_model, license, tags, _eval_results(held_out), recorded)
-    heads = _heads_text(config.heads_per_shift)
+    heads, block_size = _heads_text(config.heads_per_shift), config.effective_block_size
     check = (
         f"The conversion checked that with n = 1 it computes what the source model computes (largest difference "
         f"{conversion['max_abs_difference_n1']:.1e})."
@@ -303,7 +310,7 @@ def demo_card(
 
 [{base_model}](https://huggingface.co/{base_model}) converted to BlockBERT ("Blockwise Self-Attention for Long
 Document Understanding", Qiu et al., Findings of EMNLP 2020) at N = {config.max_sequence_length:,} tokens with
-n = {config.num_blocks} blocks of b = {config.block_size} tokens and heads {heads}. {check} It was then fine-tuned
+n = {config.num_blocks} blocks of b = {block_size} tokens and heads {heads}. {check} It was then fine-tuned
 briefly for extractive question answering on the bundled SQuAD v1.1 dev articles {articles} and evaluated on the
 held-out article `{held_out["title"]}` ({held_out["document_tokens"]:,} tokens).
 

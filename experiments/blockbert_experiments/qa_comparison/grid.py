@@ -75,17 +75,20 @@ class ComparisonConfig:
     """What `run_comparison`, `plan_comparison` and `write_report` need; `experiments/qa_comparison.py` parses it."""
 
     data_dir: str = field(
-        default="../runs/long_qa_data", metadata={"help": "the sets of experiments/build_long_context_qa.py"}
+        default="outputs/long_qa_data", metadata={"help": "the sets of experiments/build_long_context_qa.py"}
     )
-    squad_file: str = field(
-        default="../shared/data/squad/dev-v1.1.json.gz",
-        metadata={"help": "the SQuAD file the sets were built from (its first half is the paragraphs training set)"},
+    squad_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "the SQuAD file the sets were built from, e.g. SQuAD v1.1 dev (dev-v1.1.json.gz, CC BY-SA 4.0): "
+            "path/to/dev-v1.1.json.gz; its first half is the training set of the paragraphs cell, which needs it"
+        },
     )
     source_model: str | None = field(
         default=None, metadata={"help": "the pretrained BERT/RoBERTa folder (default: the installed all-MiniLM-L6-v2)"}
     )
     work_dir: str = field(
-        default="../runs/qa_comparison", metadata={"help": "converted models, checkpoints, predictions (large)"}
+        default="outputs/qa_comparison", metadata={"help": "converted models, checkpoints, predictions (large)"}
     )
     results_dir: str = field(
         default="docs/qa_comparison", metadata={"help": "small result files, the report and the plot"}

@@ -1,6 +1,6 @@
 """Where the comparison's inputs and files are: the data sets' manifest, the training file of a cell, the pretrained
-source model, and `CellLayout`, a cell's folders in the work folder (models, checkpoints, predictions) and in the
-results folder."""
+source model, `CellLayout`, a cell's folders in the work folder (models, checkpoints, predictions) and in the
+results folder, and the names the recorded commands give the folders outside the repository."""
 
 import json
 import os
@@ -11,11 +11,15 @@ from pathlib import Path
 from blockbert_hf.qa.data import split_squad_articles
 from blockbert_hf.saving import sha256_of_file
 
-from ..minilm import installed_minilm
+from ..minilm import MINILM_VARIABLE, installed_minilm
 from .grid import PARAGRAPHS, Cell, ComparisonConfig
 
 
 MEASUREMENTS_FILE = "measurements.json"  # written by the driver once an evaluation has finished: its completion mark
+# How the recorded commands name the work and data folders (shell variables: the README's commands set them).
+WORK_DIR_VARIABLE = "$WORK_DIR"
+DATA_DIR_VARIABLE = "$DATA_DIR"
+SQUAD_DEV = "SQuAD v1.1 dev (dev-v1.1.json.gz, CC BY-SA 4.0)"
 
 
 @dataclass
@@ -54,9 +58,8 @@ def read_manifest(config: ComparisonConfig) -> dict:
     path = Path(config.data_dir) / "manifest.json"
     if not path.is_file():
         raise FileNotFoundError(
-            f"{path} does not exist: build the sets first (docs/qa_long_context_data.md), e.g. `python "
-            "experiments/build_long_context_qa.py --squad_file ../shared/data/squad/dev-v1.1.json.gz "
-            "--tokenizer $MINILM "
+            f"{path} does not exist: build the sets first from {SQUAD_DEV} (docs/qa_long_context_data.md), e.g. "
+            "`python experiments/build_long_context_qa.py --squad_file path/to/dev-v1.1.json.gz --tokenizer $MINILM "
             f"--output_dir {config.data_dir}`, or pass --data_dir."
         )
     return json.loads(path.read_text(encoding="utf-8"))
@@ -72,13 +75,16 @@ def test_set_names(config: ComparisonConfig, manifest: Mapping) -> list[str]:
 
 
 def training_file(config: ComparisonConfig, cell: Cell, manifest: Mapping, create: bool = False) -> Path:
-    """The SQuAD file a cell trains on; the paragraphs set is the first half of `squad_file`, split on first use."""
+    """The SQuAD file a cell trains on; the paragraphs set is the first half of `squad_file` (the file the sets were
+    built from, by the manifest), split on first use."""
     if cell.training_set == PARAGRAPHS:
-        stem = Path(config.squad_file).name.removesuffix(".gz").removesuffix(".json")
+        stem = manifest["source"]["file"].removesuffix(".gz").removesuffix(".json")
         path = Path(config.work_dir) / "data" / f"{stem}.first-half.json"
         if create and not path.is_file():
-            _check_squad_source(config, manifest)
-            split_squad_articles(config.squad_file, path.parent)
+            check_squad_source(config, manifest)
+            first_half, _ = split_squad_articles(config.squad_file, path.parent)
+            if first_half != path:  # the same bytes under another file name
+                first_half.replace(path)
         return path
     if cell.training_set not in manifest["sets"]:
         raise ValueError(
@@ -88,8 +94,15 @@ def training_file(config: ComparisonConfig, cell: Cell, manifest: Mapping, creat
     return Path(config.data_dir) / manifest["sets"][cell.training_set]["file"]
 
 
-def _check_squad_source(config: ComparisonConfig, manifest: Mapping) -> None:
-    """The paragraphs set must come from the file the other sets were built from (same article halves)."""
+def check_squad_source(config: ComparisonConfig, manifest: Mapping) -> None:
+    """The paragraphs set must come from the file the other sets were built from (same article halves): `squad_file`,
+    given and with the sha256 the manifest records."""
+    source = manifest["source"]["file"]
+    if config.squad_file is None:
+        raise FileNotFoundError(
+            f"The paragraphs cell trains on the first half of {source}, the file {config.data_dir} was built from: "
+            f"pass it as --squad_file (for the committed sets, {SQUAD_DEV}: --squad_file path/to/dev-v1.1.json.gz)."
+        )
     path = Path(config.squad_file)
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist: pass --squad_file, the SQuAD file the sets were built from.")
@@ -108,8 +121,17 @@ def resolve_source_model(config: ComparisonConfig) -> Path:
     return installed_minilm()
 
 
+def recorded_names(config: ComparisonConfig, source: Path) -> dict[str, Path]:
+    """The folders the recorded commands name rather than give (`recorded_command`): the work folder, the data
+    folder, and the installed all-MiniLM-L6-v2 when it is the source."""
+    names = {WORK_DIR_VARIABLE: Path(config.work_dir), DATA_DIR_VARIABLE: Path(config.data_dir)}
+    if not config.source_model:
+        names[MINILM_VARIABLE] = source
+    return names
+
+
 def command_path(path: Path) -> str:
-    """A path as it is written in the commands: relative to the current folder where possible."""
+    """A path as the steps are given it: relative to the current folder where possible."""
     try:
         return os.path.relpath(path)
     except ValueError:

@@ -12,9 +12,10 @@ from .grid import GRID, PARAGRAPHS, Cell, ComparisonConfig, batch_sizes, select_
 from .layout import MEASUREMENTS_FILE, CellLayout, is_saved_model, read_json, read_manifest, test_set_names
 
 
-# Seconds per window of N tokens with 2 threads on the project's 2-core AMD EPYC machine, measured on the
-# n512_full_seed0 cell (attention dropout 0, the machine otherwise idle); other N: linear in N. A window of t < N
-# tokens costs about t / N of it. A finished cell with the same N and training set replaces the training estimate.
+# Seconds per window of N tokens with 2 threads, from the n512_full_seed0 cell's results
+# (docs/qa_comparison/n512_full_seed0/results.json: its train time over the windows it trained, its eval time over the
+# windows of its filled sets); other N: linear in N. A window of t < N tokens costs about t / N of it. A finished cell
+# with the same N and training set replaces the training estimate.
 TRAIN_SECONDS_PER_WINDOW = {512: 0.38}
 EVAL_SECONDS_PER_WINDOW = {512: 0.135}
 WINDOWS_PER_QUESTION = 1.12  # filled training contexts: about 12% of the questions span two windows
@@ -131,7 +132,8 @@ def format_plan(config: ComparisonConfig, plans: Sequence[CellPlan]) -> str:
             f"{plan.train_minutes:>9.0f} {plan.eval_minutes:>8.0f} {total / 60:>7.1f}"
         )
     lines.append(
-        f"Estimated total: {total / 60:.1f} h with {config.threads} CPU thread(s) (rough: per-window costs measured on "
-        "the shared 2-core machine; training estimates are replaced by measured times as cells finish)."
+        f"Estimated total: {total / 60:.1f} h with {config.threads} CPU thread(s) (rough: per-window costs of the "
+        "n512_full_seed0 cell on the machine it ran on; training estimates are replaced by measured times as cells "
+        "finish)."
     )
     return "\n".join(lines)

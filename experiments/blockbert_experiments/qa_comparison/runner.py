@@ -9,17 +9,19 @@ from pathlib import Path
 
 import numpy as np
 
+from blockbert_benchmarks.measuring.machine import recorded_path
 from blockbert_hf.saving import sha256_of_file, write_json_atomically
 from blockbert_hf.training import list_checkpoints, read_metrics
 
-from .grid import GRID, Cell, ComparisonConfig, batch_sizes, eval_batch_size, select_cells
+from .grid import GRID, PARAGRAPHS, Cell, ComparisonConfig, batch_sizes, eval_batch_size, select_cells
 from .layout import (
     MEASUREMENTS_FILE,
     CellLayout,
-    command_path,
+    check_squad_source,
     is_saved_model,
     read_json,
     read_manifest,
+    recorded_names,
     resolve_source_model,
     test_set_names,
     training_file,
@@ -33,8 +35,9 @@ from .steps import StepFailed, check_step, command_line, convert_args, eval_args
 logger = logging.getLogger(__name__)
 
 
-def _train(config: ComparisonConfig, cell: Cell, manifest: Mapping) -> None:
-    """Fine-tunes the cell, resuming from its last checkpoint if there is one; every attempt goes to the train log."""
+def _train(config: ComparisonConfig, cell: Cell, manifest: Mapping, names: Mapping[str, Path]) -> None:
+    """Fine-tunes the cell, resuming from its last checkpoint if there is one; every attempt goes to the train log
+    (its command as the results record it, with the folders of `names` named)."""
     layout = CellLayout(config, cell)
     training_file(config, cell, manifest, create=True)
     args = train_args(config, cell, manifest, estimated_train_minutes(config, cell, manifest))
@@ -44,7 +47,7 @@ def _train(config: ComparisonConfig, cell: Cell, manifest: Mapping) -> None:
     # Each attempt is logged before it starts, so an attempt that was killed shows as one without a return code.
     attempts = read_json(layout.train_log) or []
     attempt = {
-        "command": command_line("run_qa.py", args),
+        "command": command_line("run_qa.py", args, names),
         "resumed_from": checkpoints[-1].name if checkpoints else None,
         "returncode": None,
     }
@@ -59,7 +62,9 @@ def _train(config: ComparisonConfig, cell: Cell, manifest: Mapping) -> None:
     check_step(result, "run_qa.py", args)
 
 
-def _evaluate(config: ComparisonConfig, cell: Cell, manifest: Mapping, test_set: str) -> None:
+def _evaluate(
+    config: ComparisonConfig, cell: Cell, manifest: Mapping, test_set: str, names: Mapping[str, Path]
+) -> None:
     """Evaluates the cell on one set, then writes its measurements file, which marks the evaluation as finished."""
     folder = CellLayout(config, cell).eval(test_set)
     args = eval_args(config, cell, manifest, test_set)
@@ -68,7 +73,7 @@ def _evaluate(config: ComparisonConfig, cell: Cell, manifest: Mapping, test_set:
     result = run_step(config, "run_qa.py", args)
     check_step(result, "run_qa.py", args)
     measurements = {
-        "command": command_line("run_qa.py", args),
+        "command": command_line("run_qa.py", args, names),
         "wall_seconds": round(result.seconds, 1),
         "peak_rss_mb": None if result.peak_rss_mb is None else round(result.peak_rss_mb, 1),
     }
@@ -79,14 +84,15 @@ def run_cell(config: ComparisonConfig, cell: Cell, manifest: Mapping, test_sets:
     """Converts (unless cached), fine-tunes (unless done; resuming from a checkpoint) and evaluates on the sets without
     results, then writes the cell's results files."""
     layout = CellLayout(config, cell)
+    names = recorded_names(config, source)
     if not is_saved_model(layout.model):
         args = convert_args(config, cell, source)
         check_step(run_step(config, "convert_roberta_to_blockbert.py", args), "convert_roberta_to_blockbert.py", args)
     if not is_saved_model(layout.trained_model):
-        _train(config, cell, manifest)
+        _train(config, cell, manifest, names)
     for test_set in test_sets:
         if not (layout.eval(test_set) / MEASUREMENTS_FILE).is_file():
-            _evaluate(config, cell, manifest, test_set)
+            _evaluate(config, cell, manifest, test_set, names)
             write_cell_results(config, cell, manifest, test_sets, source)
     write_cell_results(config, cell, manifest, test_sets, source)
 
@@ -98,6 +104,11 @@ def run_comparison(config: ComparisonConfig, grid: Sequence[Cell] = GRID) -> lis
     test_sets = test_set_names(config, manifest)
     cells = select_cells(config.cells, grid)
     source = resolve_source_model(config)
+    for cell in cells:  # a missing --squad_file stops the run before any work, not after the cells before it
+        layout = CellLayout(config, cell)
+        if cell.training_set == PARAGRAPHS and not is_saved_model(layout.trained_model):
+            if not training_file(config, cell, manifest).is_file():
+                check_squad_source(config, manifest)
     failed = []
     for cell in cells:
         logger.info(f"Cell {cell.name}: {cell.label}")
@@ -161,9 +172,10 @@ def _loss_curve(metrics_file: Path) -> list[dict]:
 
 
 def _source_model(source: Path, conversion: Mapping) -> dict:
-    """The starting weights: their path, sha256 and the sequence length they were trained on (from the conversion
-    report: a cell with a longer N reads position rows the source never trained)."""
-    recorded = {"path": command_path(source)}
+    """The starting weights: what they are (`recorded_path`: an installed package by its name and version), their
+    sha256 and the sequence length they were trained on (from the conversion report: a cell with a longer N reads
+    position rows the source never trained)."""
+    recorded = {"path": recorded_path(source)}
     if (source / "model.safetensors").is_file():
         recorded["sha256"] = sha256_of_file(source / "model.safetensors")
     if "source_sequence_length" in conversion:
@@ -186,13 +198,15 @@ def write_cell_results(
     converted = read_json(layout.model / "config.json") or {}
     conversion = read_json(layout.model / "conversion_report.json") or {}
     per_device, accumulation = batch_sizes(config, cell.max_seq_length)
-    # The commands as they ran (the planned ones for steps that have not run yet).
+    names = recorded_names(config, source)
+    # The commands as they ran (the planned ones for steps that have not run yet), as the results record them.
+    planned_minutes = estimated_train_minutes(config, cell, manifest)
     train_commands = [attempt["command"] for attempt in attempts] or [
-        command_line("run_qa.py", train_args(config, cell, manifest, estimated_train_minutes(config, cell, manifest)))
+        command_line("run_qa.py", train_args(config, cell, manifest, planned_minutes), names)
     ]
     eval_commands = [
         (read_json(layout.eval(name) / MEASUREMENTS_FILE) or {}).get("command")
-        or command_line("run_qa.py", eval_args(config, cell, manifest, name))
+        or command_line("run_qa.py", eval_args(config, cell, manifest, name), names)
         for name in test_sets
     ]
     results = {
@@ -227,7 +241,7 @@ def write_cell_results(
         "sets": sets,
         "finished": is_saved_model(layout.trained_model) and len(done) == len(test_sets),
         "commands": [
-            command_line("convert_roberta_to_blockbert.py", convert_args(config, cell, source)),
+            command_line("convert_roberta_to_blockbert.py", convert_args(config, cell, source), names),
             *train_commands,
             *eval_commands,
         ],

@@ -1,6 +1,6 @@
 """The steps of a cell: the arguments of the repository's scripts (`examples/convert_roberta_to_blockbert.py`,
-`examples/run_qa.py`) and `run_step`, which runs one as a fresh process with its own peak memory (or in this process
-for tests)."""
+`examples/run_qa.py`), the command lines as they run and as the results record them, and `run_step`, which runs one as
+a fresh process with its own peak memory (or in this process for tests)."""
 
 import importlib.util
 import logging
@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from blockbert_benchmarks.measuring.machine import recorded_command
+
 from .grid import Cell, ComparisonConfig, batch_sizes, eval_batch_size
 from .layout import CellLayout, command_path, training_file
 from .plan import estimated_steps
@@ -21,7 +23,7 @@ from .plan import estimated_steps
 
 logger = logging.getLogger(__name__)
 
-EXAMPLES_DIR = Path(__file__).resolve().parents[4] / "examples"
+EXAMPLES_DIR = Path(__file__).resolve().parents[3] / "examples"
 
 
 def convert_args(config: ComparisonConfig, cell: Cell, source: Path) -> list[str]:
@@ -82,9 +84,11 @@ def eval_args(config: ComparisonConfig, cell: Cell, manifest: Mapping, test_set:
     return args
 
 
-def command_line(script: str, args: Sequence[str]) -> str:
-    """The step as a shell command from the repository root, as the results record it."""
-    return shlex.join(["python", f"examples/{script}", *args])
+def command_line(script: str, args: Sequence[str], names: Mapping[str, Path] | None = None) -> str:
+    """The step as a shell command from the repository root: as it runs, or, given `names` (`recorded_names`), as the
+    results record it, with the folders outside the repository named (`$WORK_DIR/models/full-N512`)."""
+    words = ["python", f"examples/{script}", *args]
+    return shlex.join(words) if names is None else recorded_command(words, names)
 
 
 @dataclass

@@ -39,7 +39,7 @@ def conversion_summary(
         "source_sequence_length": converted.source_sequence_length,
         "sequence_length": config.max_sequence_length,
         "num_blocks": config.num_blocks,
-        "block_size": config.block_size,
+        "block_size": config.effective_block_size,
         "heads_per_shift": config.heads_per_shift,
         "attention_pattern": config.attention_pattern,
         "position_embedding_style": config.position_embedding_style,

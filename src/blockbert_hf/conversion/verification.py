@@ -190,9 +190,9 @@ def verify_conversion(
 
     silenced = []
     if config.attention_pattern == "blockwise":
-        short_length = config.block_size
+        short_length = config.effective_block_size
         silenced = [head for head, shift in enumerate(config.head_shifts) if shift > 0]
-        label = f"n={config.num_blocks} {config.heads_per_shift}, L <= b={config.block_size}"
+        label = f"n={config.num_blocks} {config.heads_per_shift}, L <= b={config.effective_block_size}"
     elif config.attention_pattern == "sparse_fixed":
         short_length, label = config.sparse_stride, f"sparse_fixed, L <= l={config.sparse_stride}"
     else:

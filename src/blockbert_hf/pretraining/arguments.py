@@ -3,6 +3,7 @@
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ..model_card import DEFAULT_LICENSE
 from ..training import OutputLayout
 
 
@@ -95,6 +96,13 @@ class PretrainingArguments:
     overwrite_output_dir: bool = field(
         default=False, metadata={"help": "replace the outputs of an earlier run in output_dir"}
     )
+    license: str = field(
+        default=DEFAULT_LICENSE,
+        metadata={
+            "help": "the license on the model card (final_model/README.md), a Hub license id such as apache-2.0; "
+            "'other' by default, as the weights' terms follow the starting model's and the data's"
+        },
+    )
 
     def training_steps(self) -> int:
         """The length of the schedule in optimizer steps."""
@@ -123,6 +131,7 @@ PRETRAINING_OUTPUTS = OutputLayout(
             "overwrite_output_dir",
             "per_device_eval_batch_size",
             "attn_implementation",
+            "license",
         }
     ),
 )

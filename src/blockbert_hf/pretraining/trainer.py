@@ -20,6 +20,7 @@ from accelerate.utils import ProjectConfiguration, set_seed
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
+from ..model_card import mlm_model_card, write_model_card
 from ..saving import save_atomically, write_json_atomically
 from ..training import (
     METRICS_FILE,
@@ -33,6 +34,7 @@ from ..training import (
     create_scheduler,
     end_run,
     load_checkpoint,
+    read_metrics,
     run_arguments,
     save_checkpoint,
     step_scheduler,
@@ -98,6 +100,7 @@ class PretrainingRun:
     steps_per_epoch: int
     progress: Progress = field(default_factory=Progress)
     metrics: MetricsLog | None = None
+    results: dict = field(default_factory=dict)  # what results.json records, once the run has finished
 
     @property
     def output_dir(self) -> Path:
@@ -311,6 +314,8 @@ def _evaluate(run: PretrainingRun) -> dict[str, float]:
 
 def _summary(run: PretrainingRun) -> dict:
     progress, config = run.progress, run.unwrapped.config
+    model = {key: getattr(config, key) for key in SUMMARY_CONFIG_FIELDS}
+    model["block_size"] = config.effective_block_size  # in use, also where the config leaves it unset (from N and n)
     return {
         "total_steps": run.total_steps,
         "tokens_per_batch": run.args.tokens_per_batch,
@@ -322,13 +327,14 @@ def _summary(run: PretrainingRun) -> dict:
         "train_sequences": len(run.train_data),
         "eval_sequences": len(run.eval_data) if run.eval_data is not None else 0,
         "parameters": run.unwrapped.num_parameters(),
-        "model": {key: getattr(config, key) for key in SUMMARY_CONFIG_FIELDS},
+        "model": model,
         "seed": run.args.seed,
     }
 
 
 def _finish(run: PretrainingRun) -> dict:
-    """At the end of the schedule: final evaluation, `final_model/` (model and tokenizer) and `results.json`."""
+    """At the end of the schedule: final evaluation, `final_model/` (model, tokenizer, model card) and
+    `results.json`."""
     accelerator = run.accelerator
     results = {"step": run.progress.step, "finished": run.progress.step >= run.total_steps}
     if results["finished"]:
@@ -337,6 +343,7 @@ def _finish(run: PretrainingRun) -> dict:
             run.metrics.log({"step": run.progress.step, **final})
             results.update(final)
         results.update(_summary(run))
+        run.results = results
         accelerator.wait_for_everyone()
         run.unwrapped.config.sparse_prediction = False  # a training-time setting: the saved model returns all logits
         if accelerator.is_main_process:
@@ -348,6 +355,13 @@ def _finish(run: PretrainingRun) -> dict:
 
 
 def save_final_model(run: PretrainingRun) -> Path:
+    """`final_model/`: the model, its tokenizer and its model card (`README.md`), in one atomic folder."""
+
+    def write_card(folder: Path) -> None:
+        training_log = read_metrics(run.output_dir / METRICS_FILE)
+        card = mlm_model_card(run.args, run.unwrapped.config, run.accelerator, run.results, training_log)
+        write_model_card(card, folder)
+
     return save_atomically(
-        run.output_dir / FINAL_MODEL_DIR, run.unwrapped.save_pretrained, run.tokenizer.save_pretrained
+        run.output_dir / FINAL_MODEL_DIR, run.unwrapped.save_pretrained, run.tokenizer.save_pretrained, write_card
     )

@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 from transformers import AutoModelForQuestionAnswering, AutoTokenizer, DataCollatorWithPadding
 from transformers.trainer_pt_utils import LengthGroupedSampler
 
+from ..model_card import DEFAULT_LICENSE, qa_model_card, write_model_card
 from ..pipeline_question_answering import default_max_seq_len
 from ..saving import save_atomically, write_json_atomically
 from ..training import (
@@ -36,6 +37,7 @@ from ..training import (
     create_scheduler,
     end_run,
     load_checkpoint,
+    read_metrics,
     run_arguments,
     save_checkpoint,
     step_scheduler,
@@ -129,6 +131,13 @@ class QARunConfig:
         },
     )
     trust_remote_code: bool = field(default=False, metadata={"help": "allow code saved with the model"})
+    license: str = field(
+        default=DEFAULT_LICENSE,
+        metadata={
+            "help": "the license on the model card (model/README.md), a Hub license id such as apache-2.0; 'other' "
+            "by default, as the weights' terms follow the starting model's and the data's"
+        },
+    )
 
 
 # What a QA run writes. Evaluation, logging and checkpoint options may differ when a run resumes.
@@ -155,6 +164,7 @@ QA_OUTPUTS = OutputLayout(
             "resume_from_checkpoint",
             "overwrite_output_dir",
             "attn_implementation",
+            "license",
         }
     ),
 )
@@ -397,17 +407,25 @@ def _save(training: _Training, epoch: int) -> None:
     )
 
 
-def _save_model(accelerator: Accelerator, model, tokenizer, output_dir: Path) -> None:
+def _save_model(config: QARunConfig, accelerator: Accelerator, model, tokenizer, summary: dict) -> None:
+    """`output_dir/model`: the fine-tuned model, its tokenizer and its model card, in one atomic folder."""
     accelerator.wait_for_everyone()
     state_dict = accelerator.get_state_dict(model)
     if accelerator.is_main_process:
         unwrapped = accelerator.unwrap_model(model)
-        save_atomically(
-            output_dir / MODEL_DIR,
+        model_dir = save_atomically(
+            Path(config.output_dir) / MODEL_DIR,
             lambda folder: unwrapped.save_pretrained(folder, state_dict=state_dict),
             tokenizer.save_pretrained,
+            lambda folder: _write_model_card(config, accelerator, unwrapped.config, folder, summary),
         )
-        logger.info(f"Saved the fine-tuned model to {output_dir / MODEL_DIR}.")
+        logger.info(f"Saved the fine-tuned model to {model_dir}.")
+
+
+def _write_model_card(config: QARunConfig, accelerator: Accelerator, model_config, folder: Path, results) -> None:
+    """The card of the fine-tuned model (`README.md`), with the run's evaluation once it has one."""
+    training_log = read_metrics(Path(config.output_dir) / METRICS_FILE)
+    write_model_card(qa_model_card(config, model_config, accelerator, results, training_log), folder)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -530,10 +548,11 @@ def _start(config: QARunConfig) -> tuple[Accelerator, Path | None]:
 
 
 def run_qa(config: QARunConfig) -> dict:
-    """Fine-tunes (`do_train`) and/or evaluates (`do_eval`) an extractive QA model; writes the fine-tuned model to
-    `output_dir/model`, checkpoints to `output_dir/checkpoints/step_N`, the training log to `metrics.jsonl`, and
-    `eval_predictions.json`, `eval_metrics.json` (and for SQuAD 2.0 `eval_null_odds.json`) to `output_dir`. Returns
-    the metrics and a summary of the run (on the main process; empty elsewhere)."""
+    """Fine-tunes (`do_train`) and/or evaluates (`do_eval`) an extractive QA model; writes the fine-tuned model with
+    its model card (`README.md`, with the evaluation when there is one) to `output_dir/model`, checkpoints to
+    `output_dir/checkpoints/step_N`, the training log to `metrics.jsonl`, and `eval_predictions.json`,
+    `eval_metrics.json` (and for SQuAD 2.0 `eval_null_odds.json`) to `output_dir`. Returns the metrics and a summary
+    of the run (on the main process; empty elsewhere)."""
     accelerator, resume_from = _start(config)
     results = _run(config, accelerator, resume_from)
     end_run(accelerator)  # after _run returned: no reference to the prepared model is left here
@@ -553,9 +572,14 @@ def _run(config: QARunConfig, accelerator: Accelerator, resume_from: Path | None
         training = _set_up_training(config, accelerator, model, dataloader, generator)
         _train(training, resume_from, summary)
         model = training.model
-        _save_model(accelerator, model, tokenizer, Path(config.output_dir))
+        _save_model(config, accelerator, model, tokenizer, summary)
     else:
         # Inference only: no DistributedDataParallel wrapper, whose reducer would hold the process group to the end.
         model = accelerator.prepare_model(model, evaluation_mode=True)
     metrics = _evaluate(config, accelerator, model, data, collator, version_2, summary) if config.do_eval else {}
+    if config.do_train and metrics:  # the saved model's card gets the evaluation (metrics: on the main process)
+        model_config = accelerator.unwrap_model(model).config
+        _write_model_card(
+            config, accelerator, model_config, Path(config.output_dir) / MODEL_DIR, {**metrics, **summary}
+        )
     return {**metrics, **summary} if accelerator.is_main_process else {}

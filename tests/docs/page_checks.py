@@ -1,5 +1,7 @@
-"""What `test_readme.py` needs to read README.md: its fenced code blocks, the shell commands in it and the parsers
-they go to, and the numbers of its `<!-- figures -->` regions. The rules themselves are in `test_readme.py`."""
+"""What the tests of `tests/docs/` need to read README.md and the docs pages: their fenced code blocks, the shell
+commands in them and the parsers they go to, and the numbers of their `<!-- figures -->` regions. The rules themselves
+are in `test_readme.py` (Python blocks), `test_page_commands.py` (shell commands) and `test_page_figures.py`
+(figures)."""
 
 import configparser
 import contextlib
@@ -24,6 +26,12 @@ from blockbert_benchmarks.measuring.timing import median_paired_ratio
 REPO_ROOT = conftest.REPO_ROOT
 README = REPO_ROOT / "README.md"
 
+
+def read_page(page: str) -> str:
+    """A page of the repository by its path from the root, e.g. `README.md` or `docs/results.md`."""
+    return (REPO_ROOT / page).read_text(encoding="utf-8")
+
+
 FENCE = re.compile(r"^```(\w*)\s*$")
 INLINE_CODE = re.compile(r"`([^`]+)`")
 NUMBER = r"\d+(?:[.,]\d+)*"
@@ -38,7 +46,7 @@ FIGURES_START, FIGURES_END = "<!-- figures -->", "<!-- /figures -->"
 @dataclass(frozen=True)
 class Block:
     language: str
-    line: int  # README line of the block's first line of code
+    line: int  # page line of the block's first line of code
     code: str
 
     @property
@@ -46,8 +54,8 @@ class Block:
         return next((line.strip() for line in self.code.splitlines() if line.strip()), "")
 
 
-def fenced_blocks(text: str) -> list[Block]:
-    """The ``` blocks of a markdown text, in order."""
+def fenced_blocks(text: str, page: str = "README.md") -> list[Block]:
+    """The ``` blocks of a markdown text (the page `page`), in order."""
     blocks, language, start, lines = [], None, 0, []
     for number, line in enumerate(text.splitlines(), start=1):
         fence = FENCE.match(line)
@@ -59,7 +67,7 @@ def fenced_blocks(text: str) -> list[Block]:
         elif language is not None:
             lines.append(line)
     if language is not None:
-        raise ValueError(f"README.md: the ``` block opened at line {start - 1} is never closed")
+        raise ValueError(f"{page}: the ``` block opened at line {start - 1} is never closed")
     return blocks
 
 
@@ -106,14 +114,15 @@ def inline_code(lines: list[tuple[int, str]]) -> Iterator[tuple[int, str]]:
 ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 # Where a comment in a shell block or a span of prose holds a command of ours, the command starts here.
 EMBEDDED_COMMAND = re.compile(
-    r"(?:[A-Z_][A-Z0-9_]*=\S+\s+)*(?:accelerate launch|python3? (?:-m blockbert_hf|examples/))\S*.*"
+    r"(?:[A-Z_][A-Z0-9_]*=\S+\s+)*"
+    r"(?:accelerate launch|python3? (?:-m blockbert_hf|(?:examples|experiments|benchmarks)/))\S*.*"
 )
 COMMAND_STARTS = ("python", "python3", "accelerate", "make", "pip", "pytest")
 
 
 @dataclass(frozen=True)
 class Command:
-    line: int  # README line where the command starts
+    line: int  # page line where the command starts
     text: str
 
     @property
@@ -171,7 +180,7 @@ def commands_in_prose(line: int, text: str) -> list[Command]:
 
 
 def shell_lines(block: Block) -> Iterator[tuple[int, str]]:
-    """(README line, logical line) of a shell block: `\\` continuations joined."""
+    """(page line, logical line) of a shell block: `\\` continuations joined."""
     pending, start = "", None
     for offset, line in enumerate(block.code.splitlines()):
         start = block.line + offset if start is None else start
@@ -184,10 +193,10 @@ def shell_lines(block: Block) -> Iterator[tuple[int, str]]:
         yield start, pending
 
 
-def readme_commands(text: str) -> list[Command]:
-    """Every command of the shell blocks (their comments included) and of the prose's code spans, in README order."""
+def page_commands(text: str, page: str = "README.md") -> list[Command]:
+    """Every command of the shell blocks (their comments included) and of the prose's code spans, in page order."""
     commands = []
-    for block in fenced_blocks(text):
+    for block in fenced_blocks(text, page):
         if block.language not in ("bash", "sh", "shell"):
             continue
         for line, logical in shell_lines(block):
@@ -205,7 +214,9 @@ def readme_commands(text: str) -> list[Command]:
 class Target:
     """What a command runs, and the words that go to the target's own parser."""
 
-    kind: str  # "script" (examples/X.py), "module" (python -m blockbert_hf...), "make", "pip", "pytest" or "other"
+    # "script" (a script of the repository: examples/X.py, ...), "module" (python -m blockbert_hf...), "make", "pip",
+    # "pytest" or "other"
+    kind: str
     name: str
     arguments: list[str]
     launcher_problem: str | None = None  # what `accelerate launch` said about its own options
@@ -290,10 +301,10 @@ def requested_extras(words: list[str]) -> set[str]:
 
 @dataclass(frozen=True)
 class Figure:
-    """A README figure and where it comes from: `text` is the figure with its context as it appears in README.md,
+    """A figure of a page and where it comes from: `text` is the figure with its context as it appears on the page,
     `{}` standing for the number; `read` takes the loaded `source` (JSON data, or the text of any other file) to the
-    value, which `format` writes as README writes it. `stale` (a reason) marks a README figure known to disagree with
-    its file."""
+    value, which `format` writes as the page writes it. `stale` (a reason) marks a figure known to disagree with its
+    file."""
 
     text: str
     source: str
@@ -312,33 +323,34 @@ class Figure:
 
 
 def phrase_pattern(phrase: str) -> str:
-    """A regular expression for `phrase` wherever README's line breaks fall in it."""
+    """A regular expression for `phrase` wherever the page's line breaks fall in it."""
     return r"\s+".join(re.escape(word) for word in phrase.split(" "))
 
 
 @dataclass(frozen=True)
 class Region:
-    line: int  # README line of the opening marker
+    page: str
+    line: int  # page line of the opening marker
     text: str
 
 
-def figure_regions(text: str) -> list[Region]:
-    """The text between each `<!-- figures -->` and the next `<!-- /figures -->`."""
+def figure_regions(text: str, page: str = "README.md") -> list[Region]:
+    """The text between each `<!-- figures -->` and the next `<!-- /figures -->` of a page."""
     regions, position = [], 0
     while (start := text.find(FIGURES_START, position)) != -1:
         end = text.find(FIGURES_END, start)
         line = text.count("\n", 0, start) + 1
         if end == -1 or FIGURES_START in text[start + len(FIGURES_START) : end]:
-            raise ValueError(f"README.md:{line}: {FIGURES_START} without its {FIGURES_END}")
-        regions.append(Region(line, text[start + len(FIGURES_START) : end]))
+            raise ValueError(f"{page}:{line}: {FIGURES_START} without its {FIGURES_END}")
+        regions.append(Region(page, line, text[start + len(FIGURES_START) : end]))
         position = end + len(FIGURES_END)
     if FIGURES_END in text[position:]:
-        raise ValueError(f"README.md: a {FIGURES_END} without its {FIGURES_START}")
+        raise ValueError(f"{page}: a {FIGURES_END} without its {FIGURES_START}")
     return regions
 
 
 def unaccounted_numbers(region: Region, figures: list[Figure], allowed: list[str]) -> list[str]:
-    """`README.md:line: number (context)` for each number of a region that is neither the number of a figure nor part
+    """`page:line: number (context)` for each number of a region that is neither the number of a figure nor part
     of an allowed phrase."""
     text, covered = region.text, set()
     for figure in figures:
@@ -346,7 +358,7 @@ def unaccounted_numbers(region: Region, figures: list[Figure], allowed: list[str
     for phrase in allowed:
         covered |= {match.span() for match in re.finditer(phrase_pattern(phrase), text)}
     return [
-        f"README.md:{region.line + text.count(chr(10), 0, match.start())}: {match.group(0)} "
+        f"{region.page}:{region.line + text.count(chr(10), 0, match.start())}: {match.group(0)} "
         f"(in {' '.join(text[max(0, match.start() - 30) : match.end() + 30].split())!r})"
         for match in re.finditer(NUMBER, text)
         if not any(start <= match.start() and match.end() <= end for start, end in covered)

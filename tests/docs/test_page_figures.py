@@ -1,0 +1,349 @@
+"""The figures of README.md and docs/results.md are read from the files that recorded them, and the claims made
+about them hold.
+
+Every result a page reports (a speed or memory ratio, a perplexity, EM/F1, a time) is registered in `FIGURES` below,
+under its page, with the results file it comes from, and must equal that file's value as formatted there. A page marks
+the passages that report results with `<!-- figures -->` ... `<!-- /figures -->` (HTML comments, not rendered; inline
+within a paragraph or on their own lines around a table or block): every number inside them must be a registered
+figure of that page or one of the `ALLOWED` phrases, so a new figure without a source fails. Every page of the
+repository that has such a region is one of `FIGURES`' pages.
+"""
+
+import configparser
+import json
+import os
+import re
+
+import pytest
+from page_checks import (
+    FIGURES_START,
+    REPO_ROOT,
+    Figure,
+    Region,
+    figure_regions,
+    json_key,
+    markdown_cell,
+    memory_ratio,
+    read_page,
+    text_number,
+    time_ratio,
+    unaccounted_numbers,
+)
+
+
+TRAIN_STEP = "docs/benchmarks/train_step.json"
+INFERENCE = "docs/benchmarks/inference.json"
+PRETRAINING = "docs/pretraining_comparison/comparison.json"
+QA_HALVES = "docs/qa_squad_halves/eval_metrics.json"
+DEMO = "docs/demo/results.json"
+QA_COMPARISON = "docs/qa_comparison/results.json"
+DURATIONS = "docs/test_durations.json"
+BLOCKWISE_512, FULL_512 = "n512_n2_10-2_seed0", "n512_full_seed0"
+BLOCKWISE_512_SEED_1, FULL_512_SEED_1 = "n512_n2_10-2_seed1", "n512_full_seed1"
+BLOCKWISE_1024, FULL_1024 = "n1024_n2_9-3", "n1024_full"
+RESULTS = "docs/results.md"
+
+
+def ratio_of(numerator, denominator):
+    return lambda data: numerator(data) / denominator(data)
+
+
+def comparison_f1(cell: str, test_set: str):
+    return json_key("cells", cell, "sets", test_set, "f1")
+
+
+def f1_loss(test_set: str, bound: str):
+    """Full attention's F1 lead over BlockBERT n = 2 at N = 512 (the negated difference), or a bound of its interval."""
+    return lambda data: -data["differences_to_baseline"][BLOCKWISE_512][test_set]["f1"][bound]
+
+
+def seed_loss(test_set: str):
+    """How much lower full attention at N = 512 scored (F1) with its second fine-tuning seed."""
+    return lambda data: -data["seed_spread"][FULL_512_SEED_1][test_set]["f1"]["difference"]
+
+
+def demo_cost(kernel: str, model: str, ratio: str):
+    return json_key("efficiency", "kernels", kernel, f"{ratio}_ratio_to_full", model)
+
+
+TRAINING_MEMORY_N2 = memory_ratio((4, 1024), "blockbert-n2-sdpa", "roberta-eager")
+
+FIGURES = {
+    # The one result on the model page.
+    "README.md": [
+        Figure("needs {}x RoBERTa's peak memory", TRAIN_STEP, TRAINING_MEMORY_N2),
+    ],
+    RESULTS: [
+        # `make demo`, as run here: its results file (docs/demo).
+        Figure("with N = {} tokens in", DEMO, json_key("model", "max_seq_length"), "{}"),
+        Figure("tokens in {} blocks of", DEMO, json_key("model", "num_blocks"), "{}"),
+        Figure("blocks of {}, checks", DEMO, lambda r: r["model"]["max_seq_length"] // r["model"]["num_blocks"], "{}"),
+        Figure("on {} bundled SQuAD articles", DEMO, lambda r: len(r["training"]["articles"]), "{}"),
+        Figure("over {} tokens with full attention", DEMO, json_key("efficiency", "tokens"), "{:,}"),
+        Figure("clone it took {} minutes", DEMO, lambda r: r["elapsed_seconds"] / 60, "{:.1f}"),
+        Figure("F1 {} over the questions' own", DEMO, json_key("held_out", "own_paragraph", "f1"), "{:.1f}"),
+        Figure("F1 {} over the whole", DEMO, json_key("held_out", "whole_document", "f1"), "{:.1f}"),
+        Figure("fine-tuned on {} questions", QA_HALVES, json_key("train_examples"), "{:,}"),
+        Figure("reach F1 {} over paragraphs", QA_HALVES, json_key("f1"), "{:.1f}"),
+        Figure("whole {}-token article", DEMO, json_key("held_out", "document_tokens"), "{:,}"),
+        Figure("n = 4 took {}x the time", DEMO, demo_cost("eager", "n4", "time")),
+        Figure("and {}x the peak memory of full attention", DEMO, demo_cost("eager", "n4", "memory")),
+        Figure("it took {}x the time", DEMO, demo_cost("sdpa", "n4", "time")),
+        Figure("time and {}x the peak memory.", DEMO, demo_cost("sdpa", "n4", "memory")),
+        # What the measurements show: the benchmarks (BERT-base dims, same-run ratios, docs/benchmarks.md).
+        Figure("n = 2 needs {}x", TRAIN_STEP, TRAINING_MEMORY_N2),
+        Figure(
+            "It needs {}x the inference time", INFERENCE, time_ratio((2, 4096), "blockbert-n2-sdpa", "roberta-sdpa")
+        ),
+        Figure("(n = 4: {}x)", INFERENCE, time_ratio((2, 4096), "blockbert-n4-sdpa", "roberta-sdpa")),
+        Figure("saves little time ({}x)", INFERENCE, time_ratio((8, 1024), "blockbert-n2-sdpa", "roberta-sdpa")),
+        # The benchmarks table.
+        Figure("RoBERTa-sdpa | {} (n=3", TRAIN_STEP, time_ratio((4, 1024), "blockbert-n2-sdpa", "roberta-sdpa")),
+        Figure("(n=3: {})", TRAIN_STEP, time_ratio((4, 1024), "blockbert-n3-sdpa", "roberta-sdpa")),
+        Figure("peak memory / RoBERTa | {} (", TRAIN_STEP, TRAINING_MEMORY_N2),
+        Figure("(n=3: {};", TRAIN_STEP, memory_ratio((4, 1024), "blockbert-n3-sdpa", "roberta-eager")),
+        Figure("/ RoBERTa-sdpa | {},", INFERENCE, time_ratio((8, 1024), "blockbert-n2-sdpa", "roberta-eager")),
+        Figure(", {} (", INFERENCE, time_ratio((8, 1024), "blockbert-n2-sdpa", "roberta-sdpa")),
+        Figure(
+            "({} in a 10-round repeat)",
+            "docs/benchmarks/inference_8x1024_repeat/inference.json",
+            time_ratio((8, 1024), "blockbert-n2-sdpa", "roberta-sdpa"),
+            "{:.3f}",
+        ),
+        Figure("(window 512) | {} (", INFERENCE, time_ratio((2, 4096), "blockbert-n2-sdpa", "roberta-sdpa")),
+        Figure("(n=4: {})", INFERENCE, time_ratio((2, 4096), "blockbert-n4-sdpa", "roberta-sdpa")),
+        Figure("), {} |", INFERENCE, time_ratio((2, 4096), "blockbert-n2-sdpa", "longformer")),
+        # The pre-training comparison: its setup and results.
+        Figure("({} layers,", PRETRAINING, json_key("full-seed0", "model", "num_hidden_layers"), "{}"),
+        Figure("hidden {},", PRETRAINING, json_key("full-seed0", "model", "hidden_size"), "{}"),
+        Figure("N = {}, 6", PRETRAINING, json_key("full-seed0", "model", "max_sequence_length"), "{}"),
+        Figure("{} M tokens per run", PRETRAINING, lambda runs: runs["full-seed0"]["train_tokens"] / 1e6, "{:.1f}"),
+        Figure("perplexity was {} /", PRETRAINING, json_key("full-seed0", "eval_perplexity"), "{:.0f}"),
+        # full-seed1 re-scored on the masks of the other runs (its logged value used other masks): only in this table.
+        Figure(
+            "/ {} for full attention (two seeds)",
+            "docs/pretraining_comparison/README.md",
+            markdown_cell("full-seed1", "val. perplexity, same masks"),
+            "{:.0f}",
+        ),
+        Figure("{} for n = 2", PRETRAINING, json_key("blockwise-n2", "eval_perplexity"), "{:.0f}"),
+        Figure("and {} for n = 3", PRETRAINING, json_key("blockwise-n3", "eval_perplexity"), "{:.0f}"),
+        Figure(
+            "at {}x the training tokens/s",
+            PRETRAINING,
+            ratio_of(json_key("blockwise-n2", "tokens_per_second"), json_key("full-seed1", "tokens_per_second")),
+            "{:.1f}",
+        ),
+        # QA: MiniLM converted to n = 2, fine-tuned on one half of SQuAD v1.1 dev, evaluated on the other.
+        Figure("for {} epochs", QA_HALVES, json_key("num_epochs"), "{}"),
+        Figure("EM {} /", QA_HALVES, json_key("exact_match"), "{:.1f}"),
+        Figure("F1 {} on", QA_HALVES, json_key("f1"), "{:.1f}"),
+        Figure("({} minutes of training", QA_HALVES, lambda metrics: metrics["train_seconds"] / 60, "{:.1f}"),
+        Figure("and {} s of evaluation", QA_HALVES, json_key("eval_seconds"), "{:.0f}"),
+        # The pipeline's timing is recorded in the run's README only.
+        Figure(
+            "over a {}-token context",
+            "docs/qa_squad_halves/README.md",
+            text_number(r"a context of ([\d,]+) tokens"),
+            "{:,.0f}",
+        ),
+        Figure("context in {} s", "docs/qa_squad_halves/README.md", text_number(r"\*\*([\d.]+) s\*\*"), "{:.2f}"),
+        # The long-document QA comparison (docs/qa_comparison): BlockBERT n = 2 at N = 512 and 1024 against full
+        # attention at N = 512.
+        Figure(
+            "scored F1 {} over single paragraphs", QA_COMPARISON, comparison_f1(BLOCKWISE_512, "paragraph"), "{:.1f}"
+        ),
+        Figure("paragraphs, {} over contexts", QA_COMPARISON, comparison_f1(BLOCKWISE_512, "sweep_4096"), "{:.1f}"),
+        Figure(
+            "contexts of {} tokens",
+            QA_COMPARISON,
+            json_key("cells", BLOCKWISE_512, "sets", "sweep_4096", "target_tokens"),
+            "{:,}",
+        ),
+        Figure("and {} over whole articles. Full", QA_COMPARISON, comparison_f1(BLOCKWISE_512, "article"), "{:.1f}"),
+        Figure("fine-tuning seed scored {},", QA_COMPARISON, comparison_f1(FULL_512, "paragraph"), "{:.1f}"),
+        Figure(", {} and", QA_COMPARISON, comparison_f1(FULL_512, "sweep_4096"), "{:.1f}"),
+        Figure("and {}. BlockBERT trained", QA_COMPARISON, comparison_f1(FULL_512, "article"), "{:.1f}"),
+        Figure(
+            "in {}x the time",
+            QA_COMPARISON,
+            lambda data: data["cells"][BLOCKWISE_512]["train"]["seconds"] / data["cells"][FULL_512]["train"]["seconds"],
+        ),
+        Figure("by {} and", QA_COMPARISON, f1_loss("paragraph", "difference"), "{:.1f}"),
+        Figure(
+            "and {} F1 points;",
+            QA_COMPARISON,
+            lambda data: -data["differences_at_the_same_seed"][BLOCKWISE_512_SEED_1]["paragraph"]["f1"]["difference"],
+            "{:.1f}",
+        ),
+        Figure("seed scored {} points lower over paragraphs", QA_COMPARISON, seed_loss("paragraph"), "{:.1f}"),
+        Figure("and {} lower over whole articles", QA_COMPARISON, seed_loss("article"), "{:.1f}"),
+        Figure(
+            "BlockBERT scored F1 {} over paragraphs",
+            QA_COMPARISON,
+            comparison_f1(BLOCKWISE_1024, "paragraph"),
+            "{:.1f}",
+        ),
+        Figure("and {} over whole articles: below", QA_COMPARISON, comparison_f1(BLOCKWISE_1024, "article"), "{:.1f}"),
+        Figure(
+            "So did full attention at N = {} (F1",
+            QA_COMPARISON,
+            json_key("cells", FULL_1024, "cell", "max_seq_length"),
+            "{}",
+        ),
+        Figure("N = 1024 (F1 {} and", QA_COMPARISON, comparison_f1(FULL_1024, "paragraph"), "{:.1f}"),
+        Figure(" and {}). At the same N", QA_COMPARISON, comparison_f1(FULL_1024, "article"), "{:.1f}"),
+        Figure(
+            "N = {} (n = 2, 9:3, one seed)",
+            QA_COMPARISON,
+            json_key("cells", BLOCKWISE_1024, "cell", "max_seq_length"),
+            "{}",
+        ),
+        Figure(
+            "trained on {} positions",
+            QA_COMPARISON,
+            json_key("cells", BLOCKWISE_1024, "source_model", "sequence_length"),
+            "{}",
+        ),
+        # The test suites' sizes and wall times, recorded by `make test-durations`.
+        Figure('"not slow"`: {} tests', DURATIONS, json_key("test", "tests"), "{}"),
+        Figure("tests in about {} minutes on 2 CPU cores", DURATIONS, lambda d: d["test"]["seconds"] / 60, "{:.0f}"),
+        Figure("every test): {} tests", DURATIONS, json_key("test-all", "tests"), "{}"),
+        Figure("in about {} minutes.", DURATIONS, lambda d: d["test-all"]["seconds"] / 60, "{:.0f}"),
+    ],
+}
+
+# Numbers in figures regions that are not results: settings, names, the paper's figures.
+ALLOWED = [
+    *("n=2", "n=3", "n=4", "n = 2", "n = 3", "n = 4", "4x1024", "8x1024", "2x4096", "dropout 0.1", "window 512"),
+    *("10-round", "(the paper: 0.73x)", "6-layer", "2-core", "all-MiniLM-L6-v2", "SQuAD v1.1", "2 cores"),
+    *("2 CPU cores", "F1"),
+    "paper 0.73 / 0.64",  # the paper's Table 3
+    *("At N = 512,", "95%", "9:3", "N = 1024 the paper's", "full attention at N = 512 on"),
+]
+
+
+def page_regions(page: str) -> list[Region]:
+    return figure_regions(read_page(page), page)
+
+
+def figure_problem(figure: Figure, regions: list[Region], page: str) -> str | None:
+    """None when the figure is in a figures region of its page and every time it is there, it shows the file's
+    value."""
+    expected = figure.value()
+    shown = [match.group(1) for region in regions for match in figure.pattern().finditer(region.text)]
+    if not shown:
+        return f"{figure.text!r} is not in a figures region of {page} (expected {figure.text.format(expected)!r})"
+    if any(number != expected for number in shown):
+        return f"{page} shows {figure.text.format(shown[0])!r} but {figure.source} gives {expected}"
+    return None
+
+
+@pytest.mark.parametrize(
+    ("page", "figure"),
+    [
+        pytest.param(
+            page,
+            figure,
+            id=f"{page}: {figure.text}",
+            marks=[pytest.mark.xfail(reason=figure.stale, strict=True)] if figure.stale else [],
+        )
+        for page, figures in FIGURES.items()
+        for figure in figures
+    ],
+)
+def test_figure_is_read_from_its_results_file(page, figure):
+    problem = figure_problem(figure, page_regions(page), page)
+    assert problem is None, problem
+
+
+@pytest.mark.parametrize("page", list(FIGURES))
+def test_every_number_in_a_figures_region_is_registered_or_allowed(page):
+    regions = page_regions(page)
+    assert regions, f"{page} has no <!-- figures --> region"
+    unsourced = [problem for region in regions for problem in unaccounted_numbers(region, FIGURES[page], ALLOWED)]
+    assert not unsourced, "numbers without a results file (register them in FIGURES, or ALLOWED):\n" + "\n".join(
+        unsourced
+    )
+
+
+def test_every_page_with_a_figures_region_is_checked():
+    pages = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").rglob("*.md"))]
+    with_regions = {
+        str(path.relative_to(REPO_ROOT)) for path in pages if FIGURES_START in path.read_text(encoding="utf-8")
+    }
+    assert with_regions <= set(FIGURES), f"figures regions that nothing checks: {sorted(with_regions - set(FIGURES))}"
+
+
+def test_the_figure_checks_catch_mistakes(tmp_path):
+    results = tmp_path / "results.json"
+    results.write_text('{"exact_match": 55.01}')
+    source = os.path.relpath(results, REPO_ROOT)
+    figure = Figure("EM {} on", source, json_key("exact_match"), "{:.1f}")
+    regions = figure_regions("x <!-- figures -->EM 55.1 on\n12 questions<!-- /figures --> 7", "docs/x.md")
+    assert figure_problem(figure, regions, "docs/x.md") == f"docs/x.md shows 'EM 55.1 on' but {source} gives 55.0"
+    assert figure_problem(figure, figure_regions("EM 55.0 on", "docs/x.md"), "docs/x.md") is not None  # no region
+    assert [problem.split(" (")[0] for problem in unaccounted_numbers(regions[0], [figure], [])] == ["docs/x.md:2: 12"]
+    with pytest.raises(ValueError, match="docs/x.md:1: .* without its"):
+        figure_regions("<!-- figures --> 1", "docs/x.md")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Claims about the figures
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def results_text() -> str:
+    """docs/results.md with its line breaks as spaces."""
+    return " ".join(read_page(RESULTS).split())
+
+
+def test_the_qa_comparison_claim_that_blockbert_at_n_1024_lost_on_every_test_set_holds():
+    """docs/results.md says BlockBERT at N = 1024 scored below full attention at N = 512 on every test set."""
+    assert results_text().count("below full attention at N = 512 on every test set") == 1
+    report = json.loads((REPO_ROOT / QA_COMPARISON).read_text())
+    measured = report["cells"][BLOCKWISE_1024]
+    assert measured["finished"] and set(measured["sets"]) == set(report["cells"][FULL_512]["sets"])
+    for test_set, difference in report["differences_to_baseline"][BLOCKWISE_1024].items():
+        assert difference["f1"]["excludes_zero"] and difference["f1"]["high"] < 0, (test_set, difference["f1"])
+
+
+def test_the_qa_comparison_claim_that_blockbert_matched_full_attention_at_n_1024_holds():
+    """docs/results.md says every interval between BlockBERT and full attention, both at N = 1024, includes zero."""
+    assert "At the same N, every 95% interval of the difference between the two includes zero" in results_text()
+    report = json.loads((REPO_ROOT / QA_COMPARISON).read_text())
+    assert report["cells"][FULL_1024]["finished"]
+    differences = report["differences_at_the_same_window"][BLOCKWISE_1024]
+    assert set(differences) == set(report["cells"][FULL_1024]["sets"])
+    for test_set, difference in differences.items():
+        assert not difference["f1"]["excludes_zero"], (test_set, difference["f1"])
+
+
+def test_the_qa_comparison_claim_that_blockbert_lost_over_paragraphs_at_both_seeds_holds():
+    """docs/results.md says BlockBERT n = 2 lost over paragraphs with both seeds, each interval excluding zero."""
+    assert "each 95% interval over articles excludes zero" in results_text()
+    report = json.loads((REPO_ROOT / QA_COMPARISON).read_text())
+    for compared, cell in (
+        ("differences_to_baseline", BLOCKWISE_512),
+        ("differences_at_the_same_seed", BLOCKWISE_512_SEED_1),
+    ):
+        f1 = report[compared][cell]["paragraph"]["f1"]
+        assert f1["excludes_zero"] and f1["high"] < 0, (compared, f1)
+
+
+def test_the_test_durations_name_the_suites_they_measured():
+    """docs/results.md states each suite's size with the marker expression the durations file recorded for it; the
+    whole suite is what `make test-all` runs."""
+    durations = json.loads((REPO_ROOT / DURATIONS).read_text())
+    for suite in ("test", "test-all"):
+        assert f'`pytest -m "{durations[suite]["markers"]}"`' in read_page(RESULTS), suite
+    test_all = re.search(r"^test-all:.*\n((?:\t.*\n)+)", (REPO_ROOT / "Makefile").read_text(), re.M).group(1)
+    assert f'-m "{durations["test-all"]["markers"]}"' in test_all
+
+
+def test_the_default_run_the_page_states_is_the_one_setup_cfg_configures():
+    setup = configparser.ConfigParser()
+    setup.read(REPO_ROOT / "setup.cfg")
+    addopts = setup["tool:pytest"]["addopts"]
+    assert addopts.startswith("-m ")
+    assert f"`make test` runs the default suite: `{addopts}` (setup.cfg)" in results_text()

@@ -1,0 +1,270 @@
+"""Saved folders: save/load round trips, what a folder carries (the model's code, `saving.py`, the QA pipeline), loading
+it with the AutoClasses and without the package, folders saved by blockbert-hf 0.1, and atomic writes."""
+
+import copy
+import json
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from conftest import REPO_ROOT, make_model, random_batch, tiny_config
+from safetensors.torch import load_file
+from transformers import AutoModel, AutoModelForMaskedLM, AutoModelForQuestionAnswering, AutoTokenizer
+from transformers.dynamic_module_utils import get_imports
+
+from blockbert_hf import (
+    BlockBertConfig,
+    BlockBertForMaskedLM,
+    BlockBertForQuestionAnswering,
+    BlockBertForSequenceClassification,
+    BlockBertForTokenClassification,
+    BlockBertModel,
+    saving,
+)
+from blockbert_hf.saving import save_atomically
+from blockbert_hf.tokenization import match_tokenizer_to_config
+
+
+HEAD_CLASSES = [
+    BlockBertModel,
+    BlockBertForMaskedLM,
+    BlockBertForQuestionAnswering,
+    BlockBertForSequenceClassification,
+    BlockBertForTokenClassification,
+]
+# The code a saved folder carries: the model's, the files it imports (config, atomic writers) and the QA pipeline.
+REMOTE_CODE_FILES = {
+    "configuration_blockbert.py",
+    "modeling_blockbert.py",
+    "saving.py",
+    "pipeline_question_answering.py",
+}
+V01_FOLDER = REPO_ROOT / "tests" / "fixtures" / "blockbert-mlm-v0.1"
+V01_EXPECTED = REPO_ROOT / "tests" / "fixtures" / "blockbert-mlm-v0.1-expected.safetensors"
+
+
+def first_output(outputs) -> torch.Tensor:
+    for name in ("logits", "start_logits", "last_hidden_state"):
+        if getattr(outputs, name, None) is not None:
+            return getattr(outputs, name)
+    raise AssertionError("no output tensor")
+
+
+@pytest.mark.parametrize("model_class", HEAD_CLASSES)
+def test_save_load_gives_the_same_outputs(model_class, tmp_path):
+    model = make_model(model_class, tiny_config())
+    input_ids, attention_mask = random_batch([64, 40], 64)
+    with torch.no_grad():
+        before = first_output(model(input_ids, attention_mask=attention_mask))
+    model.save_pretrained(tmp_path / "saved")
+    reloaded = model_class.from_pretrained(tmp_path / "saved").eval()
+    with torch.no_grad():
+        after = first_output(reloaded(input_ids, attention_mask=attention_mask))
+    torch.testing.assert_close(before, after, atol=0, rtol=0)
+    assert reloaded.config.to_json_string() == model.config.to_json_string()
+
+
+def test_a_saved_folder_carries_its_code_and_keeps_weights_tied(tmp_path):
+    model = BlockBertForMaskedLM(tiny_config()).eval()
+    assert model.lm_head.decoder.weight.data_ptr() == model.roberta.embeddings.word_embeddings.weight.data_ptr()
+    model.save_pretrained(tmp_path)
+    assert REMOTE_CODE_FILES | {"model.safetensors", "config.json"} == {path.name for path in tmp_path.iterdir()}
+    auto_map = json.loads((tmp_path / "config.json").read_text())["auto_map"]
+    assert set(auto_map) >= {
+        "AutoConfig",
+        "AutoModel",
+        "AutoModelForMaskedLM",
+        "AutoModelForQuestionAnswering",
+        "AutoModelForSequenceClassification",
+        "AutoModelForTokenClassification",
+        "AutoModelForMultipleChoice",
+    }
+    loaded = AutoModelForMaskedLM.from_pretrained(tmp_path).eval()
+    assert type(loaded) is BlockBertForMaskedLM
+    assert loaded.lm_head.decoder.weight.data_ptr() == loaded.roberta.embeddings.word_embeddings.weight.data_ptr()
+
+
+def test_trust_remote_code_without_the_package(tmp_path, tokenizer):
+    """A saved folder loads with every AutoModelFor... in a process where `import blockbert_hf` fails, and the model
+    loaded so saves again (atomically, with the `saving.py` the folder carries) into a folder that loads."""
+    config = tiny_config(vocab_size=len(tokenizer))
+    model = BlockBertForMaskedLM(config).eval()
+    match_tokenizer_to_config(tokenizer, config)
+    save_atomically(tmp_path / "model", model.save_pretrained, tokenizer.save_pretrained)
+    assert REMOTE_CODE_FILES <= {path.name for path in (tmp_path / "model").iterdir()}
+    (tmp_path / "again").mkdir()
+    (tmp_path / "again" / "notes.txt").write_text("kept")
+    input_ids, attention_mask = random_batch([20, 9], 20, vocab_size=len(tokenizer))
+    with torch.no_grad():
+        expected = model.roberta(input_ids, attention_mask=attention_mask).last_hidden_state
+    torch.save({"input_ids": input_ids, "attention_mask": attention_mask, "expected": expected}, tmp_path / "io.pt")
+    script = textwrap.dedent(f"""
+        import os, sys
+        sys.modules["blockbert_hf"] = None  # hide the installed package
+        try:
+            import blockbert_hf
+        except ImportError:
+            pass
+        else:
+            raise SystemExit("blockbert_hf is importable")
+        import torch
+        from transformers import (AutoConfig, AutoModel, AutoModelForMaskedLM, AutoModelForMultipleChoice,
+            AutoModelForQuestionAnswering, AutoModelForSequenceClassification, AutoModelForTokenClassification,
+            AutoTokenizer)
+        folder, again = {str(tmp_path / "model")!r}, {str(tmp_path / "again")!r}
+        io = torch.load({str(tmp_path / "io.pt")!r})
+        base = AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
+        assert type(base).__name__ == "BlockBertModel", type(base)
+        with torch.no_grad():
+            out = base(io["input_ids"], attention_mask=io["attention_mask"]).last_hidden_state
+        print("max_diff", (out - io["expected"]).abs().max().item())
+        for auto in (AutoModelForMaskedLM, AutoModelForQuestionAnswering, AutoModelForSequenceClassification,
+                     AutoModelForTokenClassification, AutoModelForMultipleChoice):
+            print(type(auto.from_pretrained(folder, trust_remote_code=True)).__name__)
+        tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+        print("model_max_length", tokenizer.model_max_length)
+
+        print("saving_module", sys.modules[type(base).__module__].atomic_directory.__module__)
+        base.save_pretrained(again)
+        print("saved_again", " ".join(sorted(os.listdir(again))))
+        reloaded = AutoModel.from_pretrained(again, trust_remote_code=True).eval()
+        with torch.no_grad():
+            out = reloaded(io["input_ids"], attention_mask=io["attention_mask"]).last_hidden_state
+        print("max_diff_again", (out - io["expected"]).abs().max().item())
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.split("\n")
+
+    def value(key: str) -> str:
+        return next(line for line in lines if line.startswith(f"{key} ")).split(" ", 1)[1]
+
+    assert float(value("max_diff")) < 1e-5 and float(value("max_diff_again")) < 1e-5
+    for name in (
+        "BlockBertForMaskedLM",
+        "BlockBertForQuestionAnswering",
+        "BlockBertForSequenceClassification",
+        "BlockBertForTokenClassification",
+        "BlockBertForMultipleChoice",
+    ):
+        assert name in lines
+    assert value("model_max_length") == "64", result.stdout
+    # The folder's copy of saving.py wrote the new folder: everything the model carries, the old file kept.
+    assert value("saving_module").startswith("transformers_modules.") and value("saving_module").endswith(".saving")
+    assert set(value("saved_again").split()) == REMOTE_CODE_FILES | {"config.json", "model.safetensors", "notes.txt"}
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["again", "io.pt", "model"]  # no staging left
+
+
+def test_the_carried_saving_py_imports_only_the_standard_library():
+    """transformers' remote-code loader requires every package a carried file imports (even inside a function)."""
+    assert set(get_imports(saving.__file__)) <= sys.stdlib_module_names
+
+
+def test_auto_classes_and_tokenizer_resolve_for_a_saved_folder(tmp_path, tokenizer):
+    config = tiny_config(vocab_size=len(tokenizer))
+    match_tokenizer_to_config(tokenizer, config)
+    save_atomically(tmp_path, BlockBertForMaskedLM(config).save_pretrained, tokenizer.save_pretrained)
+    assert type(AutoModel.from_pretrained(tmp_path)) is BlockBertModel
+    assert type(AutoModelForQuestionAnswering.from_pretrained(tmp_path)) is BlockBertForQuestionAnswering
+    loaded_tokenizer = AutoTokenizer.from_pretrained(tmp_path)
+    assert loaded_tokenizer.model_max_length == config.max_sequence_length == 64
+    assert loaded_tokenizer("The battleship").input_ids == tokenizer("The battleship").input_ids
+
+
+def test_from_pretrained_with_a_new_num_blocks_derives_the_block_size(tmp_path):
+    model = make_model(BlockBertModel, tiny_config())
+    model.save_pretrained(tmp_path)
+    reloaded = BlockBertModel.from_pretrained(tmp_path, num_blocks=4, heads_per_shift=[1, 1, 1, 1])
+    assert reloaded.config.effective_block_size == 16
+    input_ids, _ = random_batch([64], 64)
+    with torch.no_grad():
+        captured = []
+        handle = reloaded.encoder.layer[0].attention.self.register_forward_hook(
+            lambda module, args, output: captured.append(output[1])
+        )
+        reloaded.set_attn_implementation("eager")
+        reloaded(input_ids, output_attentions=True)
+        handle.remove()
+    assert tuple(captured[0].shape[2:]) == (4, 16, 16)  # four blocks of 16, as the config says
+
+
+def test_a_folder_saved_by_v0_1_loads_with_the_same_logits():
+    expected = load_file(V01_EXPECTED)
+    for implementation in ("sdpa", "eager"):
+        model = BlockBertForMaskedLM.from_pretrained(V01_FOLDER, attn_implementation=implementation).eval()
+        with torch.no_grad():
+            logits = model(input_ids=expected["input_ids"], attention_mask=expected["attention_mask"]).logits
+        torch.testing.assert_close(logits, expected["logits"], atol=1e-5, rtol=1e-5)
+    config = BlockBertConfig.from_pretrained(V01_FOLDER)  # it stores the derived block size, 16: read as unset
+    assert (config.block_size, config.effective_block_size) == (None, 16)
+    reloaded = BlockBertConfig.from_pretrained(V01_FOLDER, num_blocks=4, heads_per_shift=[1, 1, 1, 1])
+    assert reloaded.effective_block_size == 8
+
+
+# --- atomic writes ----------------------------------------------------------------------------------------------------
+
+
+def test_a_save_that_fails_half_way_leaves_the_folder_as_it_was(tmp_path, monkeypatch):
+    import transformers.modeling_utils
+
+    model = BlockBertModel(tiny_config())
+    (tmp_path / "earlier").mkdir()
+    (tmp_path / "earlier" / "tokenizer.json").write_text("{}")
+    model.save_pretrained(tmp_path / "earlier")
+    before = {path.name: path.read_bytes() for path in (tmp_path / "earlier").iterdir()}
+
+    def failing_write(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(transformers.modeling_utils, "safe_save_file", failing_write)
+    changed = copy.deepcopy(model)
+    changed.config.num_blocks, changed.config.heads_per_shift = 4, [1, 1, 1, 1]
+    with pytest.raises(OSError, match="disk full"):
+        changed.save_pretrained(tmp_path / "earlier")
+    with pytest.raises(OSError, match="disk full"):
+        changed.save_pretrained(tmp_path / "new")
+    assert {path.name: path.read_bytes() for path in (tmp_path / "earlier").iterdir()} == before
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["earlier"]  # no new folder, no staging left
+
+
+def test_saved_files_get_the_modes_the_umask_gives_any_new_file(tmp_path):
+    umask = os.umask(0o022)
+    try:
+        BlockBertModel(tiny_config()).save_pretrained(tmp_path / "model")
+    finally:
+        os.umask(umask)
+    modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in (tmp_path / "model").iterdir()}
+    assert modes["model.safetensors"] == modes["config.json"] == modes["saving.py"] == 0o644
+    assert stat.S_IMODE((tmp_path / "model").stat().st_mode) == 0o755
+
+
+def test_saving_into_a_folder_keeps_other_files_and_replaces_old_weights(tmp_path):
+    (tmp_path / "tokenizer.json").write_text("{}")
+    (tmp_path / "model-00001-of-00002.safetensors").write_text("an earlier sharded save")
+    BlockBertModel(tiny_config()).save_pretrained(tmp_path)
+    names = sorted(path.name for path in tmp_path.iterdir())
+    assert "tokenizer.json" in names and "model.safetensors" in names
+    assert "model-00001-of-00002.safetensors" not in names
+    assert BlockBertModel.from_pretrained(tmp_path) is not None
+
+
+def test_atomic_save_leaves_nothing_behind_on_failure(tmp_path):
+    def broken(folder):
+        (folder / "half.bin").write_text("x")
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError):
+        save_atomically(tmp_path / "out", broken)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_atomic_save_gives_an_ordinary_folder(tmp_path):
+    umask = os.umask(0)
+    os.umask(umask)
+    folder = save_atomically(tmp_path / "out", lambda staging: (staging / "a.txt").write_text("x"))
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o777 & ~umask
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
