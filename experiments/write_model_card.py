@@ -25,6 +25,7 @@ import logging
 import os
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported: everything read here is local
@@ -38,6 +39,7 @@ from blockbert_experiments.model_cards import (  # noqa: E402
     results_card,
     write_card,
 )
+from blockbert_hf.saving import OutputOverwritesInputError, check_output_keeps_inputs  # noqa: E402
 from blockbert_hf.training import HelpFormatter  # noqa: E402
 
 
@@ -66,6 +68,23 @@ def build_parser() -> HfArgumentParser:
     return HfArgumentParser(CardArguments, description=__doc__, formatter_class=HelpFormatter)
 
 
+def output_problem(output_dir: Path, names: list[str]) -> str | None:
+    """Why the cards cannot go to OUTPUT_DIR/<name>/README.md (a file in the way, a folder that cannot be written), or
+    None."""
+    if output_dir.exists() and not output_dir.is_dir():
+        return f"--output_dir {output_dir} is a file: pass a folder for the cards (OUTPUT_DIR/<name>/README.md)."
+    for name in names:
+        target = output_dir / name
+        if target.exists() and not target.is_dir():
+            return f"{target} is a file, where the card's folder goes: remove it or pass another --output_dir."
+    existing = output_dir
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing.exists() and not os.access(existing, os.W_OK | os.X_OK):
+        return f"--output_dir {output_dir} cannot be written ({existing} is read-only): pass a writable folder."
+    return None
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     (args,) = parser.parse_args_into_dataclasses(args=argv)
@@ -88,21 +107,40 @@ def main(argv=None) -> int:
         if not (args.model_dir and (args.results_file or args.demo_results) and args.name):
             parser.error("A measured card needs all of --model_dir, --results_file (or --demo_results) and --name.")
         cards = [(args.name, None)]
-    try:
-        for name, card in cards:
+    problem = output_problem(Path(args.output_dir), [name for name, _ in cards])
+    if problem:
+        parser.error(problem)
+    inputs = {"--model_dir": args.model_dir, "--results_file": args.results_file, "--demo_results": args.demo_results}
+    for name, _ in cards:
+        try:
+            check_output_keeps_inputs(Path(args.output_dir) / name / "README.md", inputs, output_name="the card")
+        except OutputOverwritesInputError as error:
+            parser.error(str(error))
+    results_file = args.demo_results or args.results_file
+    for name, card in cards:
+        try:
             if card is None:
                 make_card = demo_card if args.demo_results else results_card
-                card = make_card(
-                    args.model_dir,
-                    args.demo_results or args.results_file,
-                    name,
-                    base_model=args.base_model,
-                    license=args.license,
-                )
-            logging.info(f"Wrote {write_card(card, args.output_dir, name)}")
-    except (FileNotFoundError, ValueError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+                card = make_card(args.model_dir, results_file, name, base_model=args.base_model, license=args.license)
+        except (FileNotFoundError, ValueError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        except (KeyError, TypeError, AttributeError) as error:  # a value of another type or shape than written
+            print(
+                f"error: {results_file} is malformed ({type(error).__name__}: {error}): pass the results file the "
+                "experiment wrote.",
+                file=sys.stderr,
+            )
+            return 2
+        try:
+            written = write_card(card, args.output_dir, name)
+        except ValueError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        except OSError as error:  # e.g. a read-only folder or a full disk
+            print(f"error: could not write the card to {Path(args.output_dir) / name}: {error}", file=sys.stderr)
+            return 1
+        logging.info(f"Wrote {written}")
     return 0
 
 

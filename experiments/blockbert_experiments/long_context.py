@@ -293,7 +293,10 @@ def build_long_context_sets(
     lengths under `tokenizer`). Raises before writing anything when an input is bad."""
     config = config or LongContextConfig()
     if Path(output_dir).exists() and not overwrite:
-        raise FileExistsError(f"{output_dir} already exists: choose another output folder or pass overwrite=True.")
+        raise FileExistsError(
+            f"{output_dir} already exists: choose another output folder or pass overwrite=True "
+            "(--overwrite_output_dir on the command line)."
+        )
     first, second = read_article_halves(source)
     sets = build_sets(first, second, tokenizer, config)
     stats = length_stats(sets, tokenizer)

@@ -6,7 +6,7 @@ Importing the package registers BlockBERT with the AutoClasses (`AutoConfig`, `A
 """
 
 import transformers
-from transformers import AutoConfig, AutoTokenizer, RobertaTokenizer
+from transformers import AutoConfig, AutoTokenizer
 
 from . import modeling_blockbert
 from .configuration_blockbert import BlockBertConfig, default_heads_per_shift, parse_heads_per_shift
@@ -24,6 +24,7 @@ from .modeling_blockbert import (
     sparse_fixed_pattern,
 )
 from .pipeline_question_answering import ExtractiveQuestionAnsweringPipeline
+from .tokenization import BlockBertTokenizer
 
 
 __version__ = "0.2.0"
@@ -34,8 +35,8 @@ for _auto_class, _target in modeling_blockbert.AUTO_MAP.items():
         getattr(transformers, _auto_class).register(
             BlockBertConfig, getattr(modeling_blockbert, _target.split(".")[1]), exist_ok=True
         )
-# A saved tokenizer names its own class; this covers folders whose tokenizer_config.json does not.
-AutoTokenizer.register(BlockBertConfig, fast_tokenizer_class=RobertaTokenizer, exist_ok=True)
+# A saved tokenizer names its own class; this covers a bare RoBERTa vocabulary and refuses a folder without one.
+AutoTokenizer.register(BlockBertConfig, tokenizer_class=BlockBertTokenizer, exist_ok=True)
 
 __all__ = [
     "BlockBertConfig",
@@ -46,6 +47,7 @@ __all__ = [
     "BlockBertForTokenClassification",
     "BlockBertModel",
     "BlockBertPreTrainedModel",
+    "BlockBertTokenizer",
     "ExtractiveQuestionAnsweringPipeline",
     "blockwise_attention",
     "blockwise_attentions_to_dense",

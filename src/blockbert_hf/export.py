@@ -8,6 +8,7 @@ ONNX needs the `export` extra (`pip install blockbert-hf[export]`: onnx, onnxscr
 """
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,8 +23,13 @@ from .saving import atomic_directory, open_text
 
 
 INPUT_NAMES = ("input_ids", "attention_mask")
+TOKEN_TYPE_INPUT = "token_type_ids"
 ONNX_FILE = "model.onnx"
-# The text `export_onnx_folder` verifies on when no other is given: real prose, tokenized and cut to each length.
+# Files that hold a tokenizer's vocabulary, any one group of which makes a folder's tokenizer loadable.
+TOKENIZER_FILES = (("tokenizer.json",), ("vocab.json", "merges.txt"), ("vocab.txt",), ("spiece.model",))
+# The question `export_onnx_folder` asks of the verification text, as the question-answering pipeline would.
+VERIFICATION_QUESTION = "What does BlockBERT reduce?"
+# The text `export_onnx_folder` verifies on when no other is given: real prose, repeated to fill every block.
 VERIFICATION_TEXT = (
     "BlockBERT is a lightweight and efficient BERT model that is designed to better model long-distance dependencies. "
     "Our model extends BERT by introducing sparse block structures into the attention matrix to reduce both memory "
@@ -40,65 +46,138 @@ class OnnxExportArguments:
     """Options of `examples/export_onnx.py` (besides the model folder and the output folder)."""
 
     text_file: str | None = field(
-        default=None, metadata={"help": "UTF-8 text to verify the export on (default: a built-in English paragraph)"}
+        default=None,
+        metadata={"help": "UTF-8 text to verify on, as the context of a question (default: a built-in paragraph)"},
     )
-    tolerance: float = field(default=1e-4, metadata={"help": "largest difference from the eager model allowed"})
+    tolerance: float = field(default=1e-4, metadata={"help": "largest difference from the eager model allowed (> 0)"})
     overwrite: bool = field(default=False, metadata={"help": "replace a non-empty output folder"})
 
+    def __post_init__(self):
+        check_tolerance(self.tolerance)
 
-def check_inputs(config: BlockBertConfig, input_ids, attention_mask=None) -> None:
+
+def check_tolerance(tolerance: float) -> None:
+    if not (isinstance(tolerance, (int, float)) and math.isfinite(tolerance) and tolerance > 0):
+        raise ValueError(f"--tolerance must be a finite number > 0 (e.g. 1e-4), got {tolerance!r}.")
+
+
+def input_names(config: BlockBertConfig) -> tuple[str, ...]:
+    """The inputs of an exported program: `input_ids` and `attention_mask`, and `token_type_ids` when the model has
+    more than one token type (BERT-derived models tell a question (0) from its context (1) with them)."""
+    return INPUT_NAMES + (TOKEN_TYPE_INPUT,) if config.type_vocab_size > 1 else INPUT_NAMES
+
+
+def _integer_array(name: str, values) -> np.ndarray:
+    array = np.asarray(values)
+    if array.dtype.kind not in "iu":
+        raise ValueError(
+            f"{name} has dtype {array.dtype}; expected integers (int64). Pass the tokenizer's output as it is, or "
+            f"convert with {name}.astype('int64') only if the values are whole numbers."
+        )
+    return array
+
+
+def check_inputs(config: BlockBertConfig, input_ids, attention_mask=None, token_type_ids=None) -> None:
     """The checks an exported program cannot make (docs/attention.md, "Inputs"), on torch tensors or numpy arrays:
-    `(batch, L)` ids with `1 <= L <= N`, a mask of the same shape padded on the right. Raises a clear `ValueError`."""
-    input_ids = np.asarray(input_ids)
+    integer `(batch, L)` ids in `[0, vocab_size)` with `batch >= 1` and `1 <= L <= N`, a 0/1 mask of the same shape
+    padded on the right, and token type ids of the same shape in `[0, type_vocab_size)`. Raises a clear
+    `ValueError`."""
+    input_ids = _integer_array("input_ids", input_ids)
     if input_ids.ndim != 2:
         raise ValueError(
             f"input_ids has shape {input_ids.shape}; expected (batch_size, sequence_length). For a single sequence "
             "add the batch dimension (input_ids[None])."
         )
-    seq_len, max_len = input_ids.shape[1], config.max_sequence_length
-    if not 1 <= seq_len <= max_len:
+    batch_size, seq_len = input_ids.shape
+    max_len = config.max_sequence_length
+    if batch_size == 0:
+        raise ValueError("input_ids holds no sequence (batch_size = 0): pass at least one.")
+    if seq_len == 0:
+        raise ValueError(
+            "input_ids is empty (L = 0 tokens): an empty input has nothing to encode. Pass at least one token (a "
+            "tokenizer adds its special tokens to an empty text)."
+        )
+    if seq_len > max_len:
         raise ValueError(
             f"The input has L = {seq_len} tokens but this model takes 1 to N = {max_len}: truncate the input "
             f"(tokenizer(..., truncation=True, max_length={max_len}))."
         )
-    if attention_mask is None:
-        return
-    is_real = np.asarray(attention_mask).astype(bool)
-    if is_real.shape != input_ids.shape:
-        raise ValueError(f"attention_mask has shape {is_real.shape}, expected input_ids' shape {input_ids.shape}.")
-    left_padded = (is_real[:, 1:] & ~is_real[:, :-1]).any(axis=1)
-    if left_padded.any():
+    if input_ids.min() < 0 or input_ids.max() >= config.vocab_size:
         raise ValueError(
-            f"attention_mask rows {np.flatnonzero(left_padded).tolist()} have padding before a real token. BlockBERT "
-            "expects right padding: use tokenizer.padding_side = 'right'."
+            f"input_ids holds ids from {input_ids.min()} to {input_ids.max()}, outside this model's vocabulary "
+            f"[0, {config.vocab_size}): encode the text with the tokenizer saved beside the model."
+        )
+    if attention_mask is not None:
+        attention_mask = np.asarray(attention_mask)
+        if attention_mask.shape != input_ids.shape:
+            raise ValueError(
+                f"attention_mask has shape {attention_mask.shape}, expected input_ids' shape {input_ids.shape}."
+            )
+        if not np.isin(attention_mask, (0, 1)).all():
+            raise ValueError("attention_mask must hold only 0 (padding) and 1 (real token).")
+        is_real = attention_mask.astype(bool)
+        left_padded = (is_real[:, 1:] & ~is_real[:, :-1]).any(axis=1)
+        if left_padded.any():
+            raise ValueError(
+                f"attention_mask rows {np.flatnonzero(left_padded).tolist()} have padding before a real token. "
+                "BlockBERT expects right padding: use tokenizer.padding_side = 'right'."
+            )
+    if token_type_ids is not None:
+        token_type_ids = _integer_array("token_type_ids", token_type_ids)
+        if token_type_ids.shape != input_ids.shape:
+            raise ValueError(
+                f"token_type_ids has shape {token_type_ids.shape}, expected input_ids' shape {input_ids.shape}."
+            )
+        if token_type_ids.min() < 0 or token_type_ids.max() >= config.type_vocab_size:
+            raise ValueError(
+                f"token_type_ids holds values from {token_type_ids.min()} to {token_type_ids.max()}; this model has "
+                f"{config.type_vocab_size} token type(s): use 0 to {config.type_vocab_size - 1}."
+            )
+
+
+def check_exportable(config: BlockBertConfig, architecture: str | None = None) -> None:
+    """Refuses a multiple-choice model: its inputs are `(batch, num_choices, L)` and the programs here take
+    `(batch, L)`."""
+    architecture = architecture or (config.architectures or ["BlockBertModel"])[0]
+    if architecture == "BlockBertForMultipleChoice":
+        raise ValueError(
+            "BlockBertForMultipleChoice cannot be exported: it takes (batch, num_choices, L) inputs and "
+            "blockbert_hf.export makes programs for (batch, L) inputs. Run it eagerly or with "
+            "torch.compile(model, fullgraph=True, dynamic=True)."
         )
 
 
 def dynamic_shapes(config: BlockBertConfig) -> dict:
-    """Dynamic batch size and sequence length (1 to N) for `input_ids` and `attention_mask`."""
+    """Dynamic batch size and sequence length (1 to N) for every input (`input_names(config)`)."""
     batch = Dim("batch", min=1, max=1 << 16)
     sequence = Dim("sequence", min=1, max=config.max_sequence_length)
-    return {name: {0: batch, 1: sequence} for name in INPUT_NAMES}
+    return {name: {0: batch, 1: sequence} for name in input_names(config)}
 
 
 class ExportableBlockBert(torch.nn.Module):
-    """Wraps a BlockBERT model as `(input_ids, attention_mask) -> tuple of tensors`, in the order of `output_names`
-    (an exported program and an ONNX graph take and return plain tensors)."""
+    """Wraps a BlockBERT model as `(input_ids, attention_mask[, token_type_ids]) -> tuple of tensors`, in the order
+    of `output_names` (an exported program and an ONNX graph take and return plain tensors)."""
 
     def __init__(self, model: torch.nn.Module):
         super().__init__()
-        self.model = model.eval()
+        self.model = model
+        self.eval()  # the wrapper too: the exporter warns about a module in training mode
         with torch.no_grad():
             example = self.model(**example_inputs(model.config), return_dict=True)
         self.output_names = [name for name, value in example.items() if isinstance(value, torch.Tensor)]
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, return_dict=True)
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, ...]:
+        outputs = self.model(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, return_dict=True
+        )
         return tuple(outputs[name] for name in self.output_names)
 
 
 def example_inputs(config: BlockBertConfig, batch_size: int = 2, seq_len: int | None = None) -> dict:
-    """Right-padded example inputs for tracing (a length that is neither 1 nor N, so neither gets specialised)."""
+    """Right-padded example inputs for tracing (a length that is neither 1 nor N, so neither gets specialised), with
+    token types 0 then 1 when the model has them."""
     seq_len = seq_len or max(2, config.max_sequence_length // 2 + 1)
     first_real = 3 if config.vocab_size > 3 else 0
     input_ids = torch.arange(batch_size * seq_len).reshape(batch_size, seq_len) % (config.vocab_size - first_real)
@@ -106,12 +185,18 @@ def example_inputs(config: BlockBertConfig, batch_size: int = 2, seq_len: int | 
     attention_mask = torch.ones(batch_size, seq_len, dtype=torch.long)
     attention_mask[1:, seq_len // 2 :] = 0
     input_ids = input_ids.masked_fill(attention_mask == 0, config.pad_token_id)
-    return {"input_ids": input_ids, "attention_mask": attention_mask}
+    inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+    if TOKEN_TYPE_INPUT in input_names(config):
+        token_type_ids = torch.zeros(batch_size, seq_len, dtype=torch.long)
+        token_type_ids[:, seq_len // 4 :] = 1
+        inputs[TOKEN_TYPE_INPUT] = token_type_ids.masked_fill(attention_mask == 0, 0)
+    return inputs
 
 
 def export_program(model: torch.nn.Module) -> torch.export.ExportedProgram:
-    """`torch.export` of a BlockBERT model (any head) with dynamic batch size and sequence length; the program takes
-    `input_ids` and `attention_mask` and returns the model's output."""
+    """`torch.export` of a BlockBERT model (any head but multiple choice) with dynamic batch size and sequence
+    length; the program takes `input_names(model.config)` as keywords and returns the model's output."""
+    check_exportable(model.config, type(model).__name__)
     model = model.eval()
     with torch.no_grad():
         return torch.export.export(
@@ -120,14 +205,17 @@ def export_program(model: torch.nn.Module) -> torch.export.ExportedProgram:
 
 
 def export_onnx(model: torch.nn.Module, path: str | Path) -> list[str]:
-    """Writes `model` as an ONNX file with dynamic batch size and sequence length; returns its output names."""
+    """Writes `model` as an ONNX file with dynamic batch size and sequence length, taking `input_names(model.config)`;
+    returns its output names."""
+    check_exportable(model.config, type(model).__name__)
     wrapper = ExportableBlockBert(model)
     inputs = example_inputs(model.config)
+    names = input_names(model.config)
     with torch.no_grad():
         program = torch.onnx.export(
             wrapper,
-            (inputs["input_ids"], inputs["attention_mask"]),
-            input_names=list(INPUT_NAMES),
+            tuple(inputs[name] for name in names),
+            input_names=list(names),
             output_names=wrapper.output_names,
             dynamic_shapes=tuple(dynamic_shapes(model.config).values()),
             dynamo=True,
@@ -138,8 +226,9 @@ def export_onnx(model: torch.nn.Module, path: str | Path) -> list[str]:
 
 
 class OnnxBlockBert:
-    """Runs an exported BlockBERT with ONNX Runtime after checking its inputs on the host (length <= N, right
-    padding): `OnnxBlockBert(folder)(input_ids, attention_mask)` -> `{output name: numpy array}`."""
+    """Runs an exported BlockBERT with ONNX Runtime after checking its inputs on the host (`check_inputs`):
+    `OnnxBlockBert(folder)(input_ids, attention_mask, token_type_ids)` -> `{output name: numpy array}`.
+    `token_type_ids` is required when the model has more than one token type (pass the tokenizer's)."""
 
     def __init__(self, folder: str | Path, config: BlockBertConfig | None = None):
         import onnxruntime
@@ -147,14 +236,24 @@ class OnnxBlockBert:
         folder = Path(folder)
         self.config = config or AutoConfig.from_pretrained(folder)
         self.session = onnxruntime.InferenceSession(str(folder / ONNX_FILE), providers=["CPUExecutionProvider"])
+        self.input_names = [graph_input.name for graph_input in self.session.get_inputs()]
         self.output_names = [output.name for output in self.session.get_outputs()]
 
-    def __call__(self, input_ids, attention_mask=None) -> dict[str, np.ndarray]:
+    def __call__(self, input_ids, attention_mask=None, token_type_ids=None) -> dict[str, np.ndarray]:
+        check_inputs(self.config, input_ids, attention_mask, token_type_ids)
         input_ids = np.asarray(input_ids, dtype=np.int64)
         attention_mask = np.ones_like(input_ids) if attention_mask is None else np.asarray(attention_mask, np.int64)
-        check_inputs(self.config, input_ids, attention_mask)
-        outputs = self.session.run(None, {"input_ids": input_ids, "attention_mask": attention_mask})
-        return dict(zip(self.output_names, outputs))
+        feed = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if TOKEN_TYPE_INPUT in self.input_names:
+            if token_type_ids is None:
+                raise ValueError(
+                    f"This model has {self.config.type_vocab_size} token types: pass token_type_ids (the tokenizer "
+                    "makes them: 0 for a question, 1 for its context; all 0 for a single text)."
+                )
+            feed[TOKEN_TYPE_INPUT] = np.asarray(token_type_ids, dtype=np.int64)
+        elif token_type_ids is not None and np.asarray(token_type_ids).any():
+            raise ValueError(f"{ONNX_FILE} takes no token_type_ids (the model has one token type): leave them out.")
+        return dict(zip(self.output_names, self.session.run(None, feed)))
 
 
 def verification_lengths(config: BlockBertConfig) -> list[int]:
@@ -163,36 +262,76 @@ def verification_lengths(config: BlockBertConfig) -> list[int]:
     return sorted({length for length in (2, b - 1, b, b + 1, max_len - 1, max_len) if 2 <= length <= max_len})
 
 
-def max_difference(model: torch.nn.Module, runner: OnnxBlockBert, tokenizer, text: str, lengths) -> dict[int, float]:
-    """Largest absolute difference between `runner` and `model` (eager) per length, on `text` tokenized and cut to
-    each length, batched with a shorter right-padded copy."""
-    words = text.split()
-    differences = {}
+def verification_batches(config: BlockBertConfig, tokenizer, text: str, lengths) -> dict[int, dict[str, np.ndarray]]:
+    """Per length, the model inputs of two question/context pairs tokenized as the question-answering pipeline does
+    (`VERIFICATION_QUESTION` first, the context cut to fit: token types 0 then 1 with a BERT tokenizer), padded on the
+    right to the length. The context is `text` repeated until it fills N tokens, so the first pair holds real text
+    in every block; the second holds about half as many tokens. Lengths too short for the question take the context
+    alone."""
+    if not text.strip():
+        raise ValueError("The verification text is empty: give real text (e.g. a paragraph of the training data).")
+    text_tokens = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+    if text_tokens == 0:
+        raise ValueError("The verification text has no tokens for this tokenizer: give real text.")
+    context = " ".join([text.strip()] * (config.max_sequence_length // text_tokens + 2))
+    question_tokens = len(tokenizer(VERIFICATION_QUESTION, add_special_tokens=False)["input_ids"])
+    pair_minimum = question_tokens + tokenizer.num_special_tokens_to_add(pair=True) + 1
+    batches = {}
     for length in lengths:
-        texts = [" ".join(words[: len(words) // 2 + 1]), " ".join(words[: len(words) // 4 + 1])]
-        batch = tokenizer(texts, truncation=True, max_length=length, padding="max_length", return_tensors="np")
+        rows = []
+        for row_length in (length, max(length // 2, min(length, pair_minimum))):
+            if row_length >= pair_minimum:
+                row = tokenizer(VERIFICATION_QUESTION, context, truncation="only_second", max_length=row_length)
+            else:
+                row = tokenizer(context, truncation=True, max_length=row_length)
+            rows.append({name: row[name] for name in ("input_ids", "attention_mask", TOKEN_TYPE_INPUT) if name in row})
+        batch = tokenizer.pad(rows, padding="max_length", max_length=length, return_tensors="np")
+        inputs = {name: np.asarray(batch[name], dtype=np.int64) for name in INPUT_NAMES}
+        if TOKEN_TYPE_INPUT in input_names(config):
+            # A tokenizer that makes no token types (RoBERTa's) means type 0 everywhere, as in the eager model.
+            inputs[TOKEN_TYPE_INPUT] = np.asarray(batch.get(TOKEN_TYPE_INPUT, np.zeros_like(inputs["input_ids"])))
+            inputs[TOKEN_TYPE_INPUT] = inputs[TOKEN_TYPE_INPUT].astype(np.int64)
+        batches[length] = inputs
+    return batches
+
+
+def max_difference(model: torch.nn.Module, runner: OnnxBlockBert, batches: dict) -> dict[int, float]:
+    """Largest absolute difference between `runner` and `model` (eager) per length of `verification_batches`."""
+    differences = {}
+    for length, inputs in batches.items():
         with torch.no_grad():
-            expected = model(
-                input_ids=torch.from_numpy(batch["input_ids"]),
-                attention_mask=torch.from_numpy(batch["attention_mask"]),
-                return_dict=True,
-            )
-        actual = runner(batch["input_ids"], batch["attention_mask"])
+            expected = model(**{name: torch.from_numpy(value) for name, value in inputs.items()}, return_dict=True)
+        actual = runner(**inputs)
         differences[length] = max(
             float(np.abs(actual[name] - expected[name].numpy()).max()) for name in runner.output_names
         )
     return differences
 
 
-def _load_model(model_folder: Path) -> torch.nn.Module:
+def check_model_folder(model_folder: Path) -> BlockBertConfig:
+    """The folder's config, after checking that it is an exportable BlockBERT folder with tokenizer files (without
+    loading anything from the Hub)."""
+    if not model_folder.is_dir():
+        raise ValueError(f"The model folder {model_folder} does not exist (or is not a folder).")
+    if not (model_folder / "config.json").is_file():
+        raise ValueError(f"{model_folder} has no config.json: give a folder written by model.save_pretrained.")
+    if not any(all((model_folder / name).is_file() for name in group) for group in TOKENIZER_FILES):
+        partial = [group for group in TOKENIZER_FILES if any((model_folder / name).is_file() for name in group)]
+        missing = [name for group in partial for name in group if not (model_folder / name).is_file()]
+        wanted = " or ".join(" + ".join(group) for group in TOKENIZER_FILES)
+        missing = f" (missing: {', '.join(missing)})" if missing else ""
+        raise ValueError(
+            f"{model_folder} has no tokenizer to verify the export on real text and to ship with it: it needs "
+            f"{wanted}{missing}. Save the model's tokenizer beside it: tokenizer.save_pretrained(folder)."
+        )
     config = AutoConfig.from_pretrained(model_folder)
     if not isinstance(config, BlockBertConfig):
         raise ValueError(f"{model_folder} holds a {type(config).__name__}, not a BlockBERT model.")
     architecture = (config.architectures or ["BlockBertModel"])[0]
-    model_class = getattr(modeling_blockbert, architecture, None)
-    if model_class is None:
+    if getattr(modeling_blockbert, architecture, None) is None:
         raise ValueError(f"{model_folder}: unknown BlockBERT architecture {architecture!r} in config.json.")
-    return model_class.from_pretrained(model_folder, attn_implementation="sdpa").eval()
+    check_exportable(config, architecture)
+    return config
 
 
 def export_onnx_folder(
@@ -203,27 +342,32 @@ def export_onnx_folder(
     overwrite: bool = False,
 ) -> dict[int, float]:
     """Exports the model in `model_folder` to `output_folder/model.onnx` (with its config and tokenizer), after
-    checking that ONNX Runtime matches the eager model within `tolerance` on real text at `verification_lengths`.
+    checking that ONNX Runtime matches the eager model within `tolerance` on question/context pairs of real text
+    (`text`, default `VERIFICATION_TEXT`) at `verification_lengths` (`verification_batches`).
 
-    Returns the max difference per length. Raises `ValueError` (and writes nothing) when the check fails.
+    Returns the max difference per length. Raises `ValueError` (and writes nothing) when the folder or an argument is
+    unusable, before any work, or when the check fails.
     """
+    check_tolerance(tolerance)
+    text = VERIFICATION_TEXT if text is None else text
+    if not text.strip():
+        raise ValueError("The verification text is empty: give real text or leave it out to use the built-in one.")
     model_folder, output_folder = Path(model_folder), Path(output_folder)
+    config = check_model_folder(model_folder)
     if output_folder.exists() and any(output_folder.iterdir()) and not overwrite:
         raise ValueError(f"{output_folder} exists and is not empty: choose a new folder or pass --overwrite.")
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_folder)
     except (OSError, ValueError) as error:
-        raise ValueError(
-            f"{model_folder} has no tokenizer to verify the export on real text; save one beside the model "
-            "(tokenizer.save_pretrained(folder))."
-        ) from error
+        raise ValueError(f"The tokenizer files of {model_folder} do not load: {error}") from error
     tokenizer.padding_side = "right"
-    model = _load_model(model_folder)
+    batches = verification_batches(config, tokenizer, text, verification_lengths(config))
+    model_class = getattr(modeling_blockbert, (config.architectures or ["BlockBertModel"])[0])
+    model = model_class.from_pretrained(model_folder, attn_implementation="sdpa").eval()
     with atomic_directory(output_folder) as staging:
         export_onnx(model, staging / ONNX_FILE)
         runner = OnnxBlockBert(staging, model.config)
-        lengths = verification_lengths(model.config)
-        differences = max_difference(model, runner, tokenizer, text or VERIFICATION_TEXT * 8, lengths)
+        differences = max_difference(model, runner, batches)
         worst = max(differences.values())
         if not worst <= tolerance:
             raise ValueError(
@@ -241,4 +385,6 @@ def export_onnx_command(model_folder: str, output_folder: str, args: OnnxExportA
     if args.text_file is not None:
         with open_text(args.text_file) as file:
             text = file.read()
+        if not text.strip():
+            raise ValueError(f"--text_file {args.text_file} is empty: give a file of real text, or leave it out.")
     return export_onnx_folder(model_folder, output_folder, text, args.tolerance, args.overwrite)

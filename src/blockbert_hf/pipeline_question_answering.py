@@ -18,6 +18,9 @@ The context is cut into windows of at most `max_seq_len` tokens (the question, t
 overlap by `doc_stride` tokens, using the fast tokenizer's overflowing tokens and offset mapping; every window goes
 through the model, and the best span over all windows is returned in character offsets of the original context.
 
+Answers are whole characters as a reader sees them: a span is widened to whole grapheme clusters (a letter and its
+combining accents, an emoji sequence), and a whitespace-only span is never an answer.
+
 Works with any `AutoModelForQuestionAnswering` model whose tokenizer is fast and puts the question first (BERT,
 RoBERTa, BlockBERT, ...). The windows (`tokenize_windows`) and the post-processing (`rank_answers`: n-best spans, SQuAD
 2.0 null answer and its threshold) are shared with the training and evaluation code of `blockbert_hf.qa`, so the
@@ -25,15 +28,17 @@ pipeline answers from the same windows a fine-tuned model was trained and evalua
 
 This file is copied next to every saved BlockBERT checkpoint (`config.custom_pipelines`), so that
 `pipeline("question-answering", model=folder, trust_remote_code=True)` works where `blockbert_hf` is not installed:
-it imports only numpy, torch and transformers.
+it imports only numpy, torch, transformers and `regex` (a dependency of transformers).
 """
 
+import bisect
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import regex
 import torch
 from transformers.pipelines.base import ChunkPipeline
 from transformers.utils import logging
@@ -76,11 +81,19 @@ class RankedAnswers:
     null_probability: float
 
 
-def best_window_spans(window: WindowLogits, max_answer_len: int, n_best: int) -> list[tuple[float, int, int]]:
+def best_window_spans(
+    window: WindowLogits,
+    max_answer_len: int,
+    n_best: int,
+    answer_span: Callable[[int, int], tuple[int, int] | None] | None = None,
+) -> list[tuple[float, int, int]]:
     """The `n_best` highest-scoring spans of one window as `(start_logit + end_logit, char_start, char_end)`.
 
     A span starts and ends on context tokens, has `end >= start`, at most `max_answer_len` tokens and a non-empty
-    character span. Exact: every `(start, length)` pair is scored, `O(window length * max_answer_len)`.
+    character span. `answer_span(char_start, char_end)`, when given, turns a token span's characters into the
+    answer's (`rank_answers` widens them to whole grapheme clusters), or returns None to skip the span; spans that
+    give the same answer count once. Exact: every `(start, length)` pair is scored, `O(window length *
+    max_answer_len)`.
     """
     length = len(window.offsets)
     is_context = np.array([offset is not None for offset in window.offsets], dtype=bool)
@@ -93,18 +106,33 @@ def best_window_spans(window: WindowLogits, max_answer_len: int, n_best: int) ->
         scores[extra, : length - extra] = start[: length - extra] + end[extra:]
     flat = scores.ravel()
     valid = np.flatnonzero(np.isfinite(flat))
-    # Take a few more than n_best: spans with an empty character range are dropped below.
-    keep = min(len(valid), 2 * n_best + 2)
-    best = valid[np.argsort(-flat[valid], kind="stable")[:keep]]
-    spans = []
-    for flat_index in best:
+    spans, seen = [], set()
+    # Best first, until n_best spans are kept (some are skipped: empty, whitespace-only, or seen already).
+    for flat_index in valid[np.argsort(-flat[valid], kind="stable")]:
         extra, first = divmod(int(flat_index), length)
-        char_start, char_end = window.offsets[first][0], window.offsets[first + extra][1]
-        if char_end > char_start:
-            spans.append((float(flat[flat_index]), char_start, char_end))
+        span = (window.offsets[first][0], window.offsets[first + extra][1])
+        if answer_span is not None and span[1] > span[0]:
+            span = answer_span(*span)
+        if span is None or span[1] <= span[0] or span in seen:
+            continue
+        seen.add(span)
+        spans.append((float(flat[flat_index]), *span))
         if len(spans) == n_best:
             break
     return spans
+
+
+def whole_character_spans(context: str) -> Callable[[int, int], tuple[int, int] | None]:
+    """`answer_span` for `best_window_spans`: widens `(char_start, char_end)` to whole grapheme clusters of `context`
+    (a token may end before a combining accent or inside an emoji sequence), and skips whitespace-only spans."""
+    boundaries = [match.start() for match in regex.finditer(r"\X", context)] + [len(context)]
+
+    def answer_span(char_start: int, char_end: int) -> tuple[int, int] | None:
+        char_start = boundaries[max(bisect.bisect_right(boundaries, char_start) - 1, 0)]
+        char_end = boundaries[min(bisect.bisect_left(boundaries, char_end), len(boundaries) - 1)]
+        return (char_start, char_end) if context[char_start:char_end].strip() else None
+
+    return answer_span
 
 
 def rank_answers(
@@ -119,9 +147,11 @@ def rank_answers(
     """Ranks the answers of one question over all windows of its context.
 
     Span scores are `start_logit + end_logit` (comparable across windows, as in BERT's SQuAD code); a span seen in
-    several overlapping windows keeps its best score. With `handle_impossible_answer`, the null answer scores the
-    lowest `start + end` logit of the null token over the windows (BERT's SQuAD 2.0 rule), minus
-    `null_score_diff_threshold`: the null answer wins only when it beats the best span by more than the threshold.
+    several overlapping windows keeps its best score. Spans are widened to whole grapheme clusters and whitespace-only
+    ones are skipped (`whole_character_spans`), so an answer never splits what a reader sees as one character.
+    With `handle_impossible_answer`, the null answer scores the lowest `start + end` logit of the null token over the
+    windows (BERT's SQuAD 2.0 rule), minus `null_score_diff_threshold`: the null answer wins only when it beats the
+    best span by more than the threshold.
     `score` is the softmax of these scores over the returned n-best list (so the scores sum to 1).
     """
     if not windows:
@@ -129,8 +159,9 @@ def rank_answers(
     if max_answer_len < 1 or n_best < 1:
         raise ValueError(f"max_answer_len ({max_answer_len}) and n_best ({n_best}) must be at least 1.")
     best_by_span: dict[tuple[int, int], float] = {}
+    answer_span = whole_character_spans(context)
     for window in windows:
-        for score, char_start, char_end in best_window_spans(window, max_answer_len, n_best):
+        for score, char_start, char_end in best_window_spans(window, max_answer_len, n_best, answer_span):
             if score > best_by_span.get((char_start, char_end), -np.inf):
                 best_by_span[(char_start, char_end)] = score
     candidates = sorted(((score, start, end) for (start, end), score in best_by_span.items()), reverse=True)
@@ -143,7 +174,10 @@ def rank_answers(
         entries.append((null_score - null_score_diff_threshold, 0, 0, ""))
         entries.sort(key=lambda entry: entry[0], reverse=True)
     if not entries:
-        raise ValueError("No window has a context token to answer from: is the context empty after tokenization?")
+        raise ValueError(
+            "No window has a context token to answer from, other than whitespace: is the context empty after "
+            "tokenization?"
+        )
     scores = np.array([entry[0] for entry in entries], dtype=np.float64)
     probabilities = np.exp(scores - scores.max())
     probabilities /= probabilities.sum()
@@ -472,4 +506,5 @@ __all__ = [
     "max_seq_len_limit",
     "rank_answers",
     "tokenize_windows",
+    "whole_character_spans",
 ]

@@ -4,7 +4,10 @@ Every folder is written through `atomic_directory`: a staging folder `.NAME.tmp-
 place when complete (with `update=True`, as the model's `save_pretrained` writes, its entries are moved into an
 existing folder one by one, so the folder's other files stay). With an `accelerator`, all processes write into the one
 staging folder (e.g. each its RNG state in a checkpoint) and it is renamed once every process is done.
-`remove_stale_staging` deletes what a killed write left behind.
+
+Staging and backup names carry their writer (`.NAME.tmp-PID@HOST-XXXX`, `.NAME.old-PID@HOST`): a new write to NAME
+first removes those of its own target whose writer is gone, and `remove_stale_staging` those of a whole folder.
+`check_output_keeps_inputs` refuses, before any work, an output that would replace the inputs it is made from.
 
 The model's code imports this file, so saved model folders carry it (`trust_remote_code`): it imports only the
 standard library at module level.
@@ -17,14 +20,84 @@ import json
 import os
 import re
 import shutil
+import socket
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
 
-# `.NAME.tmp-XXXX` (a write in progress) and `.NAME.old-PID` (the folder it replaces, until the rename is done).
-_STAGING_NAME = re.compile(r"^\..+\.(tmp-[^/]+|old-\d+)$")
+# `.NAME.tmp-XXXX` (a write in progress) and `.NAME.old-XXXX` (the folder it replaces, until the rename is done).
+_STAGING_NAME = re.compile(r"^\..+\.(tmp|old)-[^/]+$")
+# Who writes: a staging folder is stale once this process is gone (only a writer on this machine can be checked).
+_HOST = re.sub(r"[^\w.-]", "_", socket.gethostname())
+
+
+class OutputOverwritesInputError(ValueError):
+    """An output that is one of the inputs it is made from, or a folder holding one: writing it would replace them."""
+
+
+def check_output_keeps_inputs(
+    output: str | os.PathLike,
+    inputs: Mapping[str, str | os.PathLike | list | tuple | None],
+    *,
+    output_name: str = "the output",
+) -> None:
+    """Refuses, before any work, an `output` that is one of `inputs` (option name -> path or list of paths) or a folder
+    that holds one: writers replace their whole output, so such an input would be destroyed, with or without an
+    overwrite option.
+
+    Symlinks and relative paths are resolved; inputs that do not exist locally (None, a Hub id) are skipped. An output
+    inside an input folder is allowed: a writer touches only its own output, never the folder around it."""
+    target = Path(output).resolve()
+    named = [(name, path) for name, paths in inputs.items() for path in _as_list(paths)]
+    for name, path in named:
+        if path is None or not os.path.lexists(path):
+            continue
+        resolved = Path(path).resolve()
+        if resolved == target or target in resolved.parents:
+            relation = "is" if resolved == target else "holds"
+            raise OutputOverwritesInputError(
+                f"{output_name} {output} {relation} {name} {path}: writing it would destroy that input; choose an "
+                "output outside it."
+            )
+
+
+def _as_list(paths) -> list:
+    return list(paths) if isinstance(paths, (list, tuple)) else [paths]
+
+
+def _writer_is_gone(owner: str) -> bool:
+    """Whether the writer `PID@HOST` of a staging or backup name has ended (unknown: assumed alive)."""
+    pid, _, host = owner.partition("@")
+    if host != _HOST or not pid.isdigit() or os.name != "posix":  # os.kill(pid, 0) ends the process on Windows
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # e.g. another user's process
+        return False
+    return False
+
+
+def _remove_stale_writes(target: Path) -> None:
+    """Removes the staging and backup folders of earlier writes to `target` whose writer is gone. A backup whose
+    target is missing (the writer was killed between its two renames) is the last complete folder: it is put back."""
+    if not target.parent.is_dir():
+        return
+    prefixes = {f".{target.name}.tmp-": True, f".{target.name}.old-": False}
+    for path in target.parent.iterdir():
+        for prefix, is_staging in prefixes.items():
+            if not path.name.startswith(prefix):
+                continue
+            owner = path.name[len(prefix) :]
+            if not _writer_is_gone(owner.rpartition("-")[0] if is_staging else owner):
+                continue
+            if not is_staging and not os.path.lexists(target):
+                os.replace(path, target)
+            else:
+                shutil.rmtree(path, ignore_errors=True)
 
 
 def _current_umask() -> int:
@@ -41,18 +114,25 @@ def set_default_file_mode(path: str | os.PathLike) -> None:
 
 def _create_staging(target: Path) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    _remove_stale_writes(target)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-{os.getpid()}@{_HOST}-", dir=target.parent))
     staging.chmod(0o777 & ~_current_umask())  # mkdtemp makes it owner-only; the result should look like any folder
     return staging
 
 
 def _replace_with(staging: Path, target: Path) -> None:
-    """Renames `staging` to `target`; an old folder there is removed only after the new one is in place."""
+    """Renames `staging` to `target`; an old folder there is removed only after the new one is in place (and put back
+    if the rename fails)."""
     backup = None
-    if target.exists():
-        backup = target.with_name(f".{target.name}.old-{os.getpid()}")
+    if os.path.lexists(target):
+        backup = target.with_name(f".{target.name}.old-{os.getpid()}@{_HOST}")
         os.replace(target, backup)
-    os.replace(staging, target)
+    try:
+        os.replace(staging, target)
+    except BaseException:
+        if backup is not None:
+            os.replace(backup, target)
+        raise
     if backup is not None:
         shutil.rmtree(backup, ignore_errors=True)
 
@@ -77,8 +157,9 @@ def atomic_directory(
     path: str | os.PathLike, accelerator=None, update: bool = False, replaced_prefixes: tuple[str, ...] = ()
 ):
     """Yields a temporary folder beside `path`; on success it replaces `path`, on error it is deleted and `path` is
-    left as it was. With an `accelerator` every process gets the same staging folder (created by the main process)
-    and the rename waits until every process has left the block.
+    left as it was (also when the final rename fails). With an `accelerator` every process gets the same staging
+    folder (created by the main process) and the rename waits until every process has left the block. What killed
+    writes to `path` left beside it is removed first.
 
     With `update=True` an existing folder at `path` is updated instead of replaced: each entry written is moved into
     it, and its other files are kept, except those whose names start with one of `replaced_prefixes` (what an earlier
@@ -102,10 +183,14 @@ def atomic_directory(
             shutil.rmtree(staging, ignore_errors=True)
         raise
     if is_main:
-        if update and target.is_dir():
-            _move_into(staging, target, replaced_prefixes)
-        else:
-            _replace_with(staging, target)
+        try:
+            if update and target.is_dir():
+                _move_into(staging, target, replaced_prefixes)
+            else:
+                _replace_with(staging, target)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
     if accelerator is not None:
         accelerator.wait_for_everyone()
 

@@ -1,5 +1,7 @@
-"""Tokenizer helpers: a RoBERTa-style byte-level BPE tokenizer trained on a corpus, and `model_max_length = N`."""
+"""Tokenizer helpers: a RoBERTa-style byte-level BPE tokenizer trained on a corpus, `model_max_length = N`, and what
+`AutoTokenizer` loads for a BlockBERT folder whose tokenizer files name no class (`BlockBertTokenizer`)."""
 
+import os
 import tempfile
 from collections.abc import Iterable
 
@@ -11,6 +13,65 @@ from .saving import open_text
 
 
 ROBERTA_SPECIAL_TOKENS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]  # ids 0..4: bos, pad, eos, unk, mask
+SAVE_TOKENIZER_HINT = (
+    "Save the model's tokenizer beside it: tokenizer = blockbert_hf.tokenization.match_tokenizer_to_config("
+    "tokenizer, model.config); tokenizer.save_pretrained(folder)."
+)
+
+
+def special_tokens_only(tokenizer: PreTrainedTokenizerBase) -> str | None:
+    """What is wrong with `tokenizer` if it knows only its special tokens, else None.
+
+    transformers builds such a stand-in, without an error, when a tokenizer class is loaded from a folder without its
+    files (RoBERTa's has 5 tokens; BERT's turns "hello world" into `[CLS] [UNK] [UNK] [SEP]`)."""
+    if set(tokenizer.get_vocab()) - set(tokenizer.all_special_tokens):
+        return None
+    return (
+        f"the {type(tokenizer).__name__} loaded from it knows only its {len(tokenizer)} special tokens "
+        f"({', '.join(tokenizer.all_special_tokens)}), the stand-in transformers builds when a folder has no "
+        "tokenizer files"
+    )
+
+
+def missing_roberta_tokenizer_files(folder: str) -> list[str]:
+    """The files a RoBERTa tokenizer needs that `folder` lacks: none with `tokenizer.json` (the serialized tokenizer)
+    or with both halves of the byte-level BPE vocabulary, `vocab.json` and `merges.txt`."""
+    if os.path.isfile(os.path.join(folder, "tokenizer.json")):
+        return []
+    return [name for name in ("vocab.json", "merges.txt") if not os.path.isfile(os.path.join(folder, name))]
+
+
+class BlockBertTokenizer(RobertaTokenizer):
+    """What `AutoTokenizer.from_pretrained` loads for a BlockBERT folder whose tokenizer files name no class (no
+    `tokenizer_config.json`, or one without `tokenizer_class`): RoBERTa's byte-level BPE tokenizer, read from
+    `tokenizer.json` or from `vocab.json` + `merges.txt`.
+
+    `from_pretrained` returns a plain `RobertaTokenizer`, so what it saves names a transformers class and loads
+    without this package. A folder without those files raises an `OSError` naming them, where `RobertaTokenizer` alone
+    would build a stand-in that knows only the 5 special tokens. Folders whose `tokenizer_config.json` names a class
+    (every tokenizer saved by transformers) load that class and never come here.
+    """
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs) -> RobertaTokenizer:
+        name = str(pretrained_model_name_or_path)
+        if os.path.isdir(name):
+            missing = missing_roberta_tokenizer_files(name)
+            if missing:
+                half = ""
+                if len(missing) == 1:
+                    other = "merges.txt" if missing[0] == "vocab.json" else "vocab.json"
+                    half = f" (it has {other} but no {missing[0]})"
+                raise OSError(
+                    f"{name} has no tokenizer files{half}: a BlockBERT tokenizer needs tokenizer.json, or vocab.json "
+                    "and merges.txt (RoBERTa's byte-level BPE vocabulary), or a tokenizer_config.json naming its "
+                    f"tokenizer class. {SAVE_TOKENIZER_HINT}"
+                )
+        tokenizer = RobertaTokenizer.from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        problem = special_tokens_only(tokenizer)
+        if problem:
+            raise OSError(f"{name} has no tokenizer vocabulary: {problem}. {SAVE_TOKENIZER_HINT}")
+        return tokenizer
 
 
 def train_roberta_tokenizer(texts: Iterable[str], vocab_size: int, model_max_length: int) -> RobertaTokenizer:

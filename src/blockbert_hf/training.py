@@ -8,7 +8,8 @@ An output folder of a run holds:
 - `metrics.jsonl`: one JSON record per line (`MetricsLog`).
 
 The guards run before any work: `check_launch` (a multi-process launch that Accelerate runs as one process), and
-`check_output_dir` (an output folder of another run, a finished run, or a resume with changed arguments).
+`check_output_dir` (an output folder that is or holds an input of the run, one of another run, a finished run, or a
+resume with changed arguments).
 """
 
 import argparse
@@ -17,7 +18,7 @@ import json
 import math
 import os
 import shutil
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -31,7 +32,13 @@ from accelerate.logging import get_logger  # noqa: E402
 from transformers import get_scheduler  # noqa: E402
 from transformers.trainer_pt_utils import get_parameter_names  # noqa: E402
 
-from .saving import atomic_directory, remove_stale_staging, write_file_atomically, write_json_atomically  # noqa: E402
+from .saving import (  # noqa: E402
+    atomic_directory,
+    check_output_keeps_inputs,
+    remove_stale_staging,
+    write_file_atomically,
+    write_json_atomically,
+)
 
 
 logger = get_logger(__name__)
@@ -133,30 +140,33 @@ def check_output_dir(
     *,
     resume_from: str | None = None,
     overwrite: bool = False,
-    inputs: Iterable[str | os.PathLike] = (),
+    inputs: Mapping[str, str | os.PathLike | None] | None = None,
 ) -> Path | None:
     """Checks, before any work, that this run may write into `output_dir`; returns the checkpoint to resume from.
 
-    A fresh run refuses a folder whose `run_args.json` differs from `run_args` (naming the arguments), one that holds
-    a finished run, checkpoints, or outputs without `run_args.json`. `overwrite` (`--overwrite_output_dir`) and
+    Every run refuses an `output_dir` that is or holds one of `inputs` (option name -> path, e.g. the starting model:
+    the run would write over it, and `--overwrite_output_dir` delete it; `OutputOverwritesInputError`). A fresh run
+    refuses a folder whose `run_args.json` differs from `run_args` (naming the arguments), one that holds a finished
+    run, checkpoints, or outputs without `run_args.json`. `overwrite` (`--overwrite_output_dir`) and
     `resume_from` (`--resume`: "latest" or a checkpoint folder) are the explicit choices; a resume refuses arguments
     that differ from the checkpoint's run (other than `layout.resume_safe`) instead of ignoring them."""
     output_dir = Path(output_dir)
     if overwrite and resume_from:
         raise OutputDirError("--overwrite_output_dir starts over and --resume continues: pass one of them.")
-    if overwrite:
-        _check_inputs_survive(output_dir, layout, inputs)
-        return None
     saved = _read_json(output_dir / RUN_ARGS_FILE)
-    if resume_from:
-        return _check_resume(output_dir, saved, run_args, layout, resume_from)
-    if saved is not None:
+    fresh = not (overwrite or resume_from)
+    if fresh and saved is not None:
         differing = differing_arguments(saved, run_args, layout.resume_safe)
         if differing:
             raise OutputDirError(
                 f"{output_dir} holds a run with other arguments ({_describe(differing)}): pass "
                 "--overwrite_output_dir to replace it, or choose another --output_dir."
             )
+    check_output_keeps_inputs(output_dir, inputs or {}, output_name="--output_dir")
+    if overwrite:
+        return None
+    if resume_from:
+        return _check_resume(output_dir, saved, run_args, layout, resume_from)
     found = [name for name in layout.all_outputs() if name != RUN_ARGS_FILE and (output_dir / name).exists()]
     if saved is None and found:
         raise OutputDirError(
@@ -190,16 +200,6 @@ def _check_resume(output_dir: Path, saved: Mapping | None, run_args: Mapping, la
                 "--output_dir)."
             )
     return checkpoint
-
-
-def _check_inputs_survive(output_dir: Path, layout: OutputLayout, inputs: Iterable[str | os.PathLike]) -> None:
-    removed = [(output_dir / name).resolve() for name in layout.all_outputs()]
-    for path in inputs:
-        resolved = Path(path).resolve()
-        if any(resolved == folder or folder in resolved.parents for folder in removed):
-            raise OutputDirError(
-                f"--overwrite_output_dir would delete {path}, an input of this run: choose another --output_dir."
-            )
 
 
 def claim_output_dir(

@@ -4,9 +4,10 @@ CI runs the demo itself with the real weights (`make demo`)."""
 
 import copy
 import json
+import shutil
 
 import pytest
-from conftest import REPO_ROOT, tiny_config
+from conftest import REPO_ROOT, load_script, tiny_config
 
 from blockbert_experiments.demo import (
     attention_variants,
@@ -135,3 +136,107 @@ def test_the_report_shows_examples_scores_and_ratios(qa_folder):
     assert f"Q: {article.questions[0]['question']}" in report
     assert "over the whole article" in report and "EM" in report and "F1" in report
     assert "BlockBERT n = 4 (1:1:1:1)" in report and "sdpa" in report
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The command line's checks: bad options and folders stop it before any work
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def demo_cli(monkeypatch):
+    """experiments/demo.py as a module whose steps (the example scripts) must not start: a check that lets a bad
+    option through fails the test at once instead of converting and fine-tuning."""
+    module = load_script("experiments/demo.py")
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("the demo started its work")
+
+    monkeypatch.setattr(module, "run_script", no_work)
+    monkeypatch.setattr(module, "write_training_file", no_work)
+    return module
+
+
+@pytest.mark.parametrize(
+    "option, value, message",
+    [
+        ("--timing_rounds", "0", "--timing_rounds must be at least 1"),
+        ("--max_document_questions", "-1", "--max_document_questions must be 0 (all) or more"),
+        ("--max_train_articles", "0", "--max_train_articles must be at least 1"),
+        ("--max_train_articles", "-1", "--max_train_articles must be at least 1"),
+        ("--max_seq_length", "0", "--max_seq_length must be at least 1"),
+        ("--num_blocks", "0", "--num_blocks must be at least 1"),
+        ("--max_seq_length", "2050", "--max_seq_length 2050 is not a multiple of --num_blocks 4"),
+        ("--heads_per_shift", "9:1:1", "--heads_per_shift 9:1:1 has 3 shift(s), --num_blocks is 4"),
+        ("--heads_per_shift", "nine", "--heads_per_shift"),
+        ("--train_window", "128", "--train_window must be more than 128"),
+        ("--train_window", "4096", "--train_window 4096 is longer than --max_seq_length 2048"),
+        ("--num_train_epochs", "0", "--num_train_epochs must be positive"),
+        ("--learning_rate", "-1", "--learning_rate must be positive"),
+        ("--per_device_train_batch_size", "0", "--per_device_train_batch_size must be at least 1"),
+        ("--seed", "-1", "--seed must be 0 or more"),
+        ("--source_model", "{tmp}/no-model", "--source_model {tmp}/no-model is not a model folder"),
+    ],
+)
+def test_a_bad_option_stops_the_demo_before_any_work_naming_it(demo_cli, tmp_path, capsys, option, value, message):
+    output_dir = tmp_path / "demo"
+    with pytest.raises(SystemExit) as exit_info:
+        demo_cli.main(["--output_dir", str(output_dir), option, value.format(tmp=tmp_path)])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    assert message.format(tmp=tmp_path) in error and "Traceback" not in error
+    assert not output_dir.exists()
+
+
+def test_a_source_model_folder_without_a_config_is_refused(demo_cli, tmp_path, capsys):
+    (tmp_path / "weights").mkdir()
+    with pytest.raises(SystemExit) as exit_info:
+        demo_cli.main(["--output_dir", str(tmp_path / "demo"), "--source_model", str(tmp_path / "weights")])
+    assert exit_info.value.code == 2 and "no config.json" in capsys.readouterr().err
+
+
+def _demo_folder(folder, kind="blockbert-hf demo"):
+    """A folder as an earlier demo left it: its data, its models, its results and report."""
+    (folder / "data").mkdir(parents=True)
+    (folder / "data" / "train.json").write_text("{}")
+    (folder / "converted").mkdir()
+    (folder / "qa").mkdir()
+    (folder / "results.json").write_text(json.dumps({"kind": kind, "command": "python experiments/demo.py"}))
+    (folder / "report.md").write_text("# `make demo`, as run\n")
+    return folder
+
+
+def test_the_output_folder_guard_accepts_only_what_the_demo_wrote(demo_cli, tmp_path):
+    demo_cli.check_output_dir(tmp_path / "new")  # a new folder
+    (tmp_path / "empty").mkdir()
+    demo_cli.check_output_dir(tmp_path / "empty")
+    demo_cli.check_output_dir(_demo_folder(tmp_path / "earlier"))  # an earlier demo's: replaced by the rerun
+    interrupted = tmp_path / "interrupted"  # a demo stopped before its results: its data and models only
+    (interrupted / "data").mkdir(parents=True)
+    (interrupted / "data" / "train.json").write_text("{}")
+    (interrupted / "converted").mkdir()
+    demo_cli.check_output_dir(interrupted)
+
+
+@pytest.mark.parametrize("what", ["qa_comparison copy", "other kind", "broken results", "extra file", "a file"])
+def test_the_output_folder_guard_refuses_any_other_folder(demo_cli, tmp_path, capsys, what):
+    folder = tmp_path / "folder"
+    if what == "qa_comparison copy":
+        shutil.copytree(REPO_ROOT / "docs" / "qa_comparison", folder)
+    elif what == "other kind":
+        _demo_folder(folder, kind="something else")
+    elif what == "broken results":
+        _demo_folder(folder)
+        (folder / "results.json").write_text('{"kind": "blockbert-hf de')
+    elif what == "extra file":
+        _demo_folder(folder)
+        (folder / "notes.txt").write_text("mine")
+    else:
+        folder.write_text("a file")
+    before = sorted(path.relative_to(tmp_path) for path in tmp_path.rglob("*"))
+    with pytest.raises(SystemExit) as exit_info:
+        demo_cli.main(["--output_dir", str(folder)])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    assert f"--output_dir {folder}" in error and "Traceback" not in error
+    assert sorted(path.relative_to(tmp_path) for path in tmp_path.rglob("*")) == before

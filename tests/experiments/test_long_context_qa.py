@@ -253,3 +253,42 @@ def test_cli_builds_the_sets_from_a_tokenizer_folder(tokenizer, tmp_path, capsys
     assert list(manifest["sets"]) == ["paragraph", "sweep_512", "sweep_1024"]
     assert manifest["sets"]["sweep_512"]["questions"] == 5
     assert "| `sweep_1024` | 1024 | 5 |" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("problem", "message"),
+    [
+        ("existing output", "already exists: choose another --output_dir or pass --overwrite_output_dir"),
+        ("missing tokenizer", "--tokenizer {tmp}/no-tokenizer does not exist"),
+        ("missing squad file", "--squad_file {tmp}/missing.json.gz does not exist"),
+        ("unknown set", "Unknown set name(s) ['sweeps']"),
+        ("too many questions", "asks for 500 questions"),
+    ],
+)
+def test_cli_user_errors_are_one_line_and_exit_2_before_writing(tokenizer, tmp_path, capsys, problem, message):
+    tokenizer.save_pretrained(tmp_path / "tokenizer")
+    output_dir = tmp_path / "sets"
+    arguments = {
+        "--squad_file": str(SQUAD_SAMPLE),
+        "--tokenizer": str(tmp_path / "tokenizer"),
+        "--output_dir": str(output_dir),
+        "--sets": "paragraph",
+    }
+    if problem == "existing output":
+        output_dir.mkdir()
+        (output_dir / "keep.txt").write_text("mine")
+    elif problem == "missing tokenizer":
+        arguments["--tokenizer"] = str(tmp_path / "no-tokenizer")
+    elif problem == "missing squad file":
+        arguments["--squad_file"] = str(tmp_path / "missing.json.gz")
+    elif problem == "unknown set":
+        arguments["--sets"] = "sweeps"
+    else:
+        arguments.update({"--sets": "sweep", "--sweep_questions": "500"})
+    with pytest.raises(SystemExit) as exit_info:
+        _load_cli().main([word for pair in arguments.items() for word in pair])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    assert message.format(tmp=tmp_path) in error and "Traceback" not in error
+    assert len(error.strip().splitlines()) == 1 and "repo id" not in error.lower()
+    assert not output_dir.exists() or [path.name for path in output_dir.iterdir()] == ["keep.txt"]

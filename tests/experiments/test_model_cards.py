@@ -4,6 +4,7 @@ generator writes today."""
 
 import importlib.util
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -518,3 +519,75 @@ def test_a_results_card_says_which_position_rows_only_fine_tuning_trained(measur
     results_file.write_text(json.dumps(results))
     text = results_card("model", results_file, "tiny-blockbert-qa").text
     assert "trained on at most 48 positions: the converter filled position rows 49 to 64 by repeating" in text
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# A measured card is written only for the model its results were measured on, and the command line's errors
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _converted_folder(folder, architecture="BlockBertModel"):
+    """A folder as examples/convert_roberta_to_blockbert.py leaves it: the same configuration as the fine-tuned
+    model, no QA training, and its conversion report."""
+    tiny_config(heads_per_shift="3:1", architectures=[architecture]).save_pretrained(folder)
+    Path(folder, "conversion_report.json").write_text(json.dumps({"target_class": architecture}))
+    return folder
+
+
+@pytest.mark.parametrize(
+    "architecture, message",
+    [
+        ("BlockBertModel", r"converted is a 'BlockBertModel' folder, not a fine-tuned question-answering model"),
+        ("BlockBertForQuestionAnswering", r"converted holds conversion_report.json: a freshly converted model"),
+    ],
+)
+def test_a_card_refuses_the_converted_untrained_folder(measured, demo, architecture, message):
+    _, results_file = measured
+    _converted_folder("converted", architecture)
+    with pytest.raises(ValueError, match=message):
+        results_card("converted", results_file, "tiny")
+    with pytest.raises(ValueError, match=message):
+        demo_card("converted", demo, "tiny-demo")
+    cli = _load_cli()
+    args = ["--model_dir", "converted", "--demo_results", str(demo), "--name", "tiny-demo", "--output_dir", "cards"]
+    assert cli.main(args) == 2 and not Path("cards").exists()
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('{"cell": {"name": ', r"is not JSON \(Expecting value"),
+        ("[1, 2]", "holds a JSON list, not the object experiments/qa_comparison.py writes"),
+        ("BROKEN_SETS", r"is not a complete results file of experiments/qa_comparison.py: .*sets\.article"),
+    ],
+)
+def test_the_command_line_names_a_malformed_results_file(measured, capsys, text, message):
+    _, results_file = measured
+    if text == "BROKEN_SETS":
+        results = _results()
+        results["sets"]["article"] = {"f1": 1.0}  # a set without its exact match, questions and timings
+        text = json.dumps(results)
+    results_file.write_text(text)
+    args = ["--model_dir", "model", "--results_file", str(results_file), "--name", "tiny", "--output_dir", "cards"]
+    assert _load_cli().main(args) == 2
+    error = capsys.readouterr().err
+    assert str(results_file) in error and re.search(message, error) and "Traceback" not in error
+    assert not Path("cards").exists()
+
+
+def test_the_command_line_refuses_an_output_dir_that_is_a_file_or_cannot_be_written(demo, capsys, monkeypatch):
+    cli = _load_cli()
+    Path("cards").write_text("a file")
+    args = ["--model_dir", "model", "--demo_results", str(demo), "--name", "tiny-demo", "--output_dir", "cards"]
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(args)
+    assert exit_info.value.code == 2 and "--output_dir cards is a file" in capsys.readouterr().err
+    assert Path("cards").read_text() == "a file"
+
+    def read_only(card, output_dir, name):
+        raise PermissionError(13, "Permission denied", str(Path(output_dir) / name / "README.md"))
+
+    monkeypatch.setattr(cli, "write_card", read_only)
+    assert cli.main([*args[:-1], "elsewhere"]) == 1
+    error = capsys.readouterr().err
+    assert "could not write the card" in error and "Permission denied" in error and "Traceback" not in error

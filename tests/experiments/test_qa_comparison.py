@@ -405,3 +405,41 @@ def test_report_compares_a_long_n_cell_with_full_attention_at_its_own_n(tmp_path
     assert list(same_window) == [blockwise_1024.name]
     assert same_window[blockwise_1024.name]["sweep_512"]["f1"]["difference"] == pytest.approx(20)
     assert "## Differences to full attention at the same N" in (folder / "README.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("file", "text", "problem"),
+    [
+        ("results.json", '{"cell": {"name": "n512', "is not readable JSON"),
+        ("results.json", '{"label": "x"}', "has no cell, train, sets, finished, commands"),
+        ("scores.json", "[1, 2", "is not readable JSON"),
+        ("scores.json", '{"sweep_512": {"em": []}}', "has no sweep_512.ids_sha256, sweep_512.f1"),
+    ],
+)
+def test_report_skips_a_cell_with_an_unreadable_file_naming_it_and_reports_the_others(
+    tmp_path, caplog, file, text, problem
+):
+    folder = tmp_path / "results"
+    baseline, other = GRID[0], GRID[1]
+    _write_cell(folder, baseline, [0.5] * 4)
+    _write_cell(folder, other, [0.9] * 4)
+    (folder / "questions.json").write_text(json.dumps({"sweep_512": {"article": [0, 0, 1, 1], "ids": []}}))
+    broken = folder / other.name / file
+    broken.write_text(text)
+    with caplog.at_level("WARNING"):
+        report = write_report(ComparisonConfig(results_dir=str(folder), bootstrap_samples=50))
+    assert list(report["cells"]) == [baseline.name]
+    assert f"{broken}: {problem}" in caplog.text and "skipped" in caplog.text
+    readme = (folder / "README.md").read_text()
+    assert f"`{baseline.name}`" in readme and f"`{other.name}` ({file}" in readme
+
+
+def test_run_with_an_unknown_cell_names_the_valid_cells_before_looking_for_the_data(tmp_path, capsys):
+    cli = _load_cli()
+    for dry_run in ([], ["--dry_run"]):
+        args = ["run", "--cells", "bogus", *dry_run, "--data_dir", str(tmp_path / "no-data")]
+        args += ["--results_dir", str(tmp_path / "results"), "--work_dir", str(tmp_path / "work")]
+        assert cli.main(args) == 2
+        error = capsys.readouterr().err
+        assert "Unknown cell(s) ['bogus']" in error and GRID[0].name in error and "manifest" not in error
+    assert not (tmp_path / "results").exists() and not (tmp_path / "work").exists()

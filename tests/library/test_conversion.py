@@ -350,6 +350,44 @@ def test_existing_output_is_kept_without_overwrite(roberta_mlm, tmp_path):
     assert not (output / "keep.txt").exists() and (output / "model.safetensors").exists()
 
 
+def _files(folder):
+    return {path.relative_to(folder): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+@pytest.mark.parametrize("where", ["source", "parent"])
+def test_an_output_that_is_or_holds_the_source_is_refused_even_with_overwrite(where, roberta_mlm, tmp_path, capsys):
+    source = tmp_path / "roberta-mlm"
+    before = _files(tmp_path)
+    output = source if where == "source" else tmp_path
+    assert _run_example([roberta_mlm, output, "--overwrite", "--skip_verification", "--heads", "3:1"]) == 2
+    assert f"{'is' if where == 'source' else 'holds'} SOURCE" in capsys.readouterr().err
+    assert _files(tmp_path) == before
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["--heads", "abc"], "Invalid --heads: heads_per_shift='abc' is not in the paper's notation"),
+        (["--num_blocks", "0"], "--num_blocks must be at least 1, got 0"),
+    ],
+)
+def test_bad_options_exit_2_naming_the_option(options, message, roberta_mlm, tmp_path, capsys):
+    assert _run_example([roberta_mlm, tmp_path / "converted", "--skip_verification", *options]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "converted").exists()
+
+
+@pytest.mark.parametrize("where", ["under_a_file", "a_file"])
+def test_an_output_that_cannot_be_written_exits_2_before_any_work(where, roberta_mlm, tmp_path, monkeypatch, capsys):
+    example = load_script("examples/convert_roberta_to_blockbert.py")
+    monkeypatch.setattr(example, "convert_checkpoint", lambda *args, **kwargs: pytest.fail("converted anyway"))
+    (tmp_path / "notes.txt").write_text("mine")
+    output = tmp_path / "notes.txt" / "converted" if where == "under_a_file" else tmp_path / "notes.txt"
+    assert example.main([roberta_mlm, str(output), "--overwrite"]) == 2
+    assert ("cannot be written" if where == "under_a_file" else "is a file") in capsys.readouterr().err
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
 @pytest.mark.parametrize("family", ["bert", "roberta"])
 def test_source_without_tokenizer_files_is_refused_unless_its_tokenizer_is_passed(
     family, tmp_path, tokenizer, bert_tokenizer_folder, capsys

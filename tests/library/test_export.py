@@ -2,14 +2,18 @@
 `examples/export_onnx.py` command, and torch.compile(fullgraph=True, dynamic=True) (docs/attention.md, "Tracing and
 export"). The default suite runs one configuration per mechanism; the full grid is marked slow."""
 
+import collections
 import contextlib
 import io
 import json
+import re
 import shutil
 
+import numpy as np
 import pytest
 import torch
-from conftest import load_script, make_model, random_batch, tiny_config
+from conftest import SAMPLE_TEXT, load_script, make_model, random_batch, tiny_config
+from transformers import BertTokenizer
 
 from blockbert_hf import (
     BlockBertForMaskedLM,
@@ -21,6 +25,7 @@ from blockbert_hf import (
     modeling_blockbert,
 )
 from blockbert_hf import export as blockbert_export
+from blockbert_hf.tokenization import read_text_lines
 
 
 EXPORTED_CLASSES = [BlockBertModel, BlockBertForMaskedLM, BlockBertForQuestionAnswering]
@@ -98,6 +103,26 @@ def test_host_input_checks():
         blockbert_export.check_inputs(config, torch.ones(4, dtype=torch.long))
 
 
+@pytest.mark.parametrize(
+    "input_ids, other, message",
+    [
+        (np.zeros((1, 0), np.int64), {}, "nothing to encode. Pass at least one token"),
+        (np.zeros((0, 4), np.int64), {}, "batch_size = 0"),
+        (np.array([[5, -1, 7]]), {}, r"from -1 to 7, outside this model's vocabulary \[0, 120\)"),
+        (np.array([[5, 120]]), {}, r"from 5 to 120, outside"),
+        (np.array([[5.7, 6.0]]), {}, "dtype float64; expected integers"),
+        (np.array([[5, 6]]), {"attention_mask": [[1, 2]]}, "only 0 .padding. and 1"),
+        (np.array([[5, 6]]), {"token_type_ids": [[0, 1]]}, r"values from 0 to 1; this model has 1 token type"),
+        (np.array([[5, 6]]), {"token_type_ids": [[0]]}, r"token_type_ids has shape \(1, 1\)"),
+        (np.array([[5, 6]]), {"token_type_ids": [[0.0, 0.0]]}, "token_type_ids has dtype float64"),
+    ],
+)
+def test_host_input_checks_refuse_what_a_program_would_misread(input_ids, other, message):
+    """A program returns empty outputs for L = 0, wraps negative ids and truncates float ids: the host refuses them."""
+    with pytest.raises(ValueError, match=message):
+        blockbert_export.check_inputs(tiny_config(), input_ids, **other)
+
+
 # --- torch.export -----------------------------------------------------------------------------------------------------
 
 
@@ -119,6 +144,69 @@ def test_exported_program_matches_eager_at_every_length():
     check_exported_program("n2", BlockBertForQuestionAnswering, lengths=[1, 32, 33, 64])
 
 
+@pytest.fixture(scope="module")
+def bert_tokenizer():
+    """A BERT-style WordPiece tokenizer (token type ids 0 for a question, 1 for its context) over the words of the
+    bundled WikiText-2 sample and of the export's verification text."""
+    texts = read_text_lines(SAMPLE_TEXT) + [blockbert_export.VERIFICATION_TEXT]
+    words = collections.Counter(word for text in texts for word in re.findall(r"\w+|[^\w\s]", text.lower()))
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [word for word, _ in words.most_common(400)]
+    return BertTokenizer(vocab={word: index for index, word in enumerate(vocab)}, model_max_length=64)
+
+
+def bert_style_model(model_class, vocab_size=120):
+    """A tiny BERT-derived BlockBERT (BERT positions, two token types, N = 64) whose token types matter."""
+    bert_style = dict(position_embedding_style="bert", type_vocab_size=2, max_position_embeddings=64, pad_token_id=0)
+    config = tiny_config(vocab_size=vocab_size, **bert_style)
+    model = make_model(model_class, config)
+    with torch.no_grad():
+        model.base_model.embeddings.token_type_embeddings.weight.normal_(0.0, 1.0)
+    return model
+
+
+def question_context_types(attention_mask, question_tokens=5):
+    """Token types as a question/context pair has them: 0 on the question, 1 on the context, 0 on padding."""
+    token_type_ids = torch.ones_like(attention_mask)
+    token_type_ids[:, :question_tokens] = 0
+    return token_type_ids * attention_mask
+
+
+def test_exported_program_takes_token_types():
+    """A model with two token types is exported with `token_type_ids` as a third input, and answers like eager."""
+    model = bert_style_model(BlockBertForQuestionAnswering)
+    assert model.config.max_sequence_length == 64
+    program = blockbert_export.export_program(model).module()
+    for length in (1, 32, 33, 64):
+        input_ids, attention_mask = random_batch([length, (length + 1) // 2], length, pad_token_id=0)
+        token_type_ids = question_context_types(attention_mask)
+        with torch.no_grad():
+            expected = model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+            without_types = model(input_ids=input_ids, attention_mask=attention_mask)
+            actual = program(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        if length > 5:
+            assert not torch.allclose(without_types.start_logits, expected.start_logits, atol=1e-3)
+        torch.testing.assert_close(actual["start_logits"], expected.start_logits, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(actual["end_logits"], expected.end_logits, atol=1e-5, rtol=1e-5)
+
+
+def test_models_with_one_token_type_keep_two_inputs():
+    assert blockbert_export.input_names(tiny_config()) == ("input_ids", "attention_mask")
+    program = blockbert_export.export_program(make_model(BlockBertModel, tiny_config()))
+    assert [spec.arg.name for spec in program.graph_signature.input_specs if spec.kind.name == "USER_INPUT"] == [
+        "input_ids",
+        "attention_mask",
+    ]
+
+
+def test_multiple_choice_is_refused_before_any_work():
+    """A multiple-choice head takes (batch, num_choices, L) inputs: refused with a clear message, not a RuntimeError."""
+    model = make_model(BlockBertForMultipleChoice, tiny_config())
+    with pytest.raises(ValueError, match="BlockBertForMultipleChoice cannot be exported"):
+        blockbert_export.export_program(model)
+    with pytest.raises(ValueError, match="BlockBertForMultipleChoice cannot be exported"):
+        blockbert_export.export_onnx(model, "unused.onnx")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("config_name, model_class", SLOW_GRID)
 def test_exported_program_matches_eager_on_the_grid(config_name, model_class):
@@ -132,6 +220,14 @@ def onnx_runner(folder, config):
     pytest.importorskip("onnxruntime")
     runner = blockbert_export.OnnxBlockBert(folder, config)
     return lambda input_ids, attention_mask: runner(input_ids.numpy(), attention_mask.numpy())
+
+
+def run_export_command(argv):
+    """`examples/export_onnx.py` with `argv`: its exit status and what it printed."""
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        status = load_script("examples/export_onnx.py").main([str(arg) for arg in argv])
+    return status, stdout.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -176,6 +272,132 @@ def test_onnx_runtime_helper_checks_inputs_on_the_host(exported_qa_model):
         runner(*(x.numpy() for x in random_batch([65], 65)))
     with pytest.raises(ValueError, match="padding before a real token"):
         runner(torch.ones(1, 4, dtype=torch.long).numpy(), [[0, 1, 1, 1]])
+
+
+@pytest.fixture(scope="module")
+def exported_bert_qa_model(bert_tokenizer, tmp_path_factory):
+    """`examples/export_onnx.py` run once on a saved BERT-style QA model with a short --text_file, recording the
+    inputs its verification runs: (exit status, output, folder, eager model, {length: inputs})."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    root = tmp_path_factory.mktemp("bert_qa")
+    model = bert_style_model(BlockBertForQuestionAnswering, vocab_size=len(bert_tokenizer))
+    model.save_pretrained(root / "model")
+    bert_tokenizer.save_pretrained(root / "model")
+    (root / "text.txt").write_text("The river rose through the night.\n")  # 7 tokens: repeated to fill N = 64
+    verified = {}
+    original_call = blockbert_export.OnnxBlockBert.__call__
+
+    def recording_call(self, *args, **kwargs):
+        inputs = dict(zip(("input_ids", "attention_mask", "token_type_ids"), args), **kwargs)
+        input_ids = np.asarray(inputs["input_ids"])
+        verified[input_ids.shape[1]] = (input_ids, inputs.get("attention_mask"), inputs.get("token_type_ids"))
+        return original_call(self, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(blockbert_export.OnnxBlockBert, "__call__", recording_call)
+        status, printed = run_export_command([root / "model", root / "onnx", "--text_file", root / "text.txt"])
+    return status, printed, root / "onnx", model, verified
+
+
+def test_export_verifies_on_question_context_pairs_that_fill_every_block(exported_bert_qa_model, bert_tokenizer):
+    """Verification runs question/context pairs (token types 0 then 1) whose longest row holds text in every block."""
+    status, printed, _, model, verified = exported_bert_qa_model
+    assert status == 0, printed
+    reported = sorted(int(length) for length in json.loads(printed)["per_length"])
+    assert reported == sorted(verified) == [2, 31, 32, 33, 63, 64]
+    config = model.config
+    for length in (config.max_sequence_length - 1, config.max_sequence_length):
+        input_ids, attention_mask, token_type_ids = verified[length]
+        assert attention_mask is not None and token_type_ids is not None, "verified without mask or token types"
+        full_row, short_row = np.asarray(attention_mask)
+        assert full_row.all() and 0 < short_row.sum() < length
+        token_type_ids = np.asarray(token_type_ids)
+        context = np.flatnonzero(token_type_ids[0] == 1)
+        assert token_type_ids[0, 0] == 0 and len(context) > 0
+        # Context text (mostly words, not [UNK] or special tokens) fills the last block too.
+        last_block = (length - 1) // config.effective_block_size
+        tokens = input_ids[0, context[context // config.effective_block_size == last_block]]
+        assert np.isin(tokens, bert_tokenizer.all_special_ids, invert=True).sum() > len(tokens) // 2 > 0
+
+
+def test_onnx_runtime_matches_eager_with_token_types(exported_bert_qa_model):
+    status, _, out, model, _ = exported_bert_qa_model
+    assert status == 0
+    assert {"model.onnx", "config.json", "tokenizer.json"} <= {path.name for path in out.iterdir()}
+    runner = blockbert_export.OnnxBlockBert(out)
+    for length in (1, 32, 33, 64):
+        input_ids, attention_mask = random_batch([length, (length + 1) // 2], length, model.config.vocab_size, 0)
+        token_type_ids = question_context_types(attention_mask)
+        with torch.no_grad():
+            expected = model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        actual = runner(input_ids.numpy(), attention_mask.numpy(), token_type_ids.numpy())
+        np.testing.assert_allclose(actual["start_logits"], expected.start_logits.numpy(), atol=1e-4)
+        np.testing.assert_allclose(actual["end_logits"], expected.end_logits.numpy(), atol=1e-4)
+    with pytest.raises(ValueError, match="pass token_type_ids"):
+        runner(input_ids.numpy(), attention_mask.numpy())
+    with pytest.raises(ValueError, match="this model has 2 token type"):
+        runner(input_ids.numpy(), attention_mask.numpy(), token_type_ids.numpy() * 2)
+
+
+def test_onnx_runtime_helper_refuses_ids_it_would_misread(exported_qa_model):
+    """ONNX Runtime would wrap negative ids and the int64 conversion would truncate float ids."""
+    runner = blockbert_export.OnnxBlockBert(exported_qa_model[2])
+    with pytest.raises(ValueError, match="outside this model's vocabulary"):
+        runner(np.array([[5, -3, 7]]))
+    with pytest.raises(ValueError, match="dtype float64; expected integers"):
+        runner(np.array([[5.7, 6.2]]))
+    with pytest.raises(ValueError, match="an empty input has nothing to encode"):
+        runner(np.zeros((1, 0), np.int64))
+
+
+def test_export_command_refuses_a_missing_model_folder(tmp_path, capsys):
+    status, _ = run_export_command([tmp_path / "no_such_model", tmp_path / "onnx"])
+    assert status == 1
+    assert f"The model folder {tmp_path / 'no_such_model'} does not exist" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("kept, missing", [((), ""), (("vocab.json",), " (missing: merges.txt)")])
+def test_export_command_refuses_a_folder_without_tokenizer_files(tmp_path, tokenizer, kept, missing, capsys):
+    """Export never verifies on, nor ships, a stand-in tokenizer: the folder must hold the model's own."""
+    folder = tmp_path / "model"
+    make_model(BlockBertForQuestionAnswering, tiny_config(vocab_size=len(tokenizer))).save_pretrained(folder)
+    for name in kept:
+        (folder / name).write_text(json.dumps(tokenizer.get_vocab()))
+    status, _ = run_export_command([folder, tmp_path / "onnx"])
+    assert status == 1
+    error = capsys.readouterr().err
+    expected = "tokenizer.json or vocab.json + merges.txt or vocab.txt or spiece.model" + missing
+    assert f"{folder} has no tokenizer" in error and expected in error
+    assert not (tmp_path / "onnx").exists()
+
+
+def test_export_command_refuses_a_multiple_choice_model(tmp_path, tokenizer, capsys):
+    folder = tmp_path / "model"
+    make_model(BlockBertForMultipleChoice, tiny_config(vocab_size=len(tokenizer))).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    status, _ = run_export_command([folder, tmp_path / "onnx"])
+    assert status == 1
+    assert "BlockBertForMultipleChoice cannot be exported" in capsys.readouterr().err
+    assert not (tmp_path / "onnx").exists()
+
+
+@pytest.mark.parametrize("tolerance", ["nan", "inf", "-1e-4", "0"])
+def test_export_command_refuses_a_bad_tolerance_before_any_work(saved_qa_model, tmp_path, tolerance, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        run_export_command([saved_qa_model, tmp_path / "onnx", f"--tolerance={tolerance}"])
+    assert exit_info.value.code == 2
+    assert "--tolerance must be a finite number > 0" in capsys.readouterr().err
+    assert not (tmp_path / "onnx").exists()
+
+
+def test_export_command_refuses_an_empty_text_file(saved_qa_model, tmp_path, capsys):
+    (tmp_path / "empty.txt").write_text("\n  \n")
+    status, _ = run_export_command([saved_qa_model, tmp_path / "onnx", "--text_file", tmp_path / "empty.txt"])
+    assert status == 1
+    assert "empty.txt is empty" in capsys.readouterr().err
+    assert not (tmp_path / "onnx").exists()
 
 
 def test_export_command_writes_nothing_when_onnx_runtime_disagrees(

@@ -6,6 +6,7 @@ import json
 import logging
 
 import datasets
+import numpy as np
 import pytest
 from conftest import REPO_ROOT, tiny_config
 
@@ -15,6 +16,7 @@ from blockbert_hf.qa import (
     QARunConfig,
     check_qa_dataset,
     load_qa_dataset,
+    postprocess_qa_predictions,
     prepare_eval_features,
     read_mrqa_jsonl,
     read_squad_json,
@@ -201,3 +203,21 @@ def test_training_features_import_the_window_logic_from_the_pipeline_file():
     }
     assert "tokenize_windows" in imported
     assert "tokenizer(" not in (package / "qa" / "features.py").read_text()  # no second window tokenization
+
+
+def test_evaluation_predictions_are_whole_characters_and_never_whitespace():
+    """Evaluation decodes spans with the pipeline's `rank_answers`: a token ending before a combining accent still
+    predicts the whole letter, and a whitespace-only best span gives way to the next best."""
+    context = "Jose\u0301\n\nMarti"
+    examples = datasets.Dataset.from_dict({"id": ["q1"], "context": [context]})
+    offsets = [None, (0, 4), (4, 5), (5, 7), (7, 12), None]
+    features = datasets.Dataset.from_dict(
+        {"example_id": ["q1"] * 2, "null_index": [0, 0], "offset_mapping": [offsets] * 2}
+    )
+    accent = np.array([-9.0, 5.0, -9.0, -9.0, 0.0, -9.0])
+    blank = np.array([-9.0, 0.0, -9.0, 5.0, 1.0, -9.0])
+    for logits, wanted in ((accent, "Jose\u0301"), (blank, "Marti")):
+        predictions, _ = postprocess_qa_predictions(
+            examples, features, [logits] * 2, [logits] * 2, version_2=False, max_answer_length=1
+        )
+        assert predictions == [{"id": "q1", "prediction_text": wanted}]

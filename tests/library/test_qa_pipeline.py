@@ -2,7 +2,9 @@
 null answers, batching, other QA models, bad inputs, and `pipeline("question-answering", trust_remote_code=True)`."""
 
 import ast
+import importlib.metadata
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -312,6 +314,63 @@ def test_rank_answers_merges_windows_and_respects_limits():
         rank_answers([first], context, max_answer_len=0)
 
 
+def test_answers_are_widened_to_whole_characters_of_decomposed_unicode(tokenizer, markers):
+    """Byte-level BPE makes a combining accent a token of its own: the planted end token stops before it."""
+    qa = ExtractiveQuestionAnsweringPipeline(model=planted_model(tokenizer, markers), tokenizer=tokenizer)
+    planted = f"{START_WORD.strip()} or{END_WORD}\u0301"
+    context = f"{FILLER_LINES[2]} {planted} {FILLER_LINES[3]}"
+    encoded = tokenizer(context, return_offsets_mapping=True, add_special_tokens=False)
+    assert (context.index("\u0301"), context.index("\u0301") + 1) in encoded["offset_mapping"]
+    answer = qa(question="What?", context=context)
+    start = context.index(planted)
+    assert (answer["answer"], answer["start"], answer["end"]) == (planted, start, start + len(planted))
+
+
+def token_logits(offsets, starts, ends):
+    """A window with the given start and end logits (`{token: logit}`), every other token far lower."""
+    start, end = np.full(len(offsets), -20.0), np.full(len(offsets), -20.0)
+    for logits, chosen in ((start, starts), (end, ends)):
+        for index, value in chosen.items():
+            logits[index] = value
+    return WindowLogits(start, end, offsets, null_index=0)
+
+
+def test_rank_answers_never_splits_a_grapheme_cluster():
+    # "Jose" + combining acute accent, "Marti" + combining acute accent: the accents are tokens of their own.
+    context = "Jose\u0301 Marti\u0301"
+    offsets = [None, (0, 4), (4, 5), (6, 11), (11, 12), None]
+    ranked = rank_answers([token_logits(offsets, {1: 4.0, 3: 1.0}, {1: 4.0, 3: 1.0})], context, max_answer_len=1)
+    assert [(a["answer"], a["start"], a["end"]) for a in ranked.answers[:2]] == [
+        ("Jose\u0301", 0, 5),
+        ("Marti\u0301", 6, 12),
+    ]
+    # A span of the accent alone starts with its base letter.
+    ranked = rank_answers([token_logits(offsets, {2: 4.0}, {2: 4.0})], context, max_answer_len=1)
+    assert (ranked.answers[0]["answer"], ranked.answers[0]["start"]) == ("e\u0301", 3)
+
+    # An emoji ZWJ sequence (man, ZWJ, woman, ZWJ, girl) is one character on screen, cut into five tokens here.
+    family = "\U0001f468\u200d\U0001f469\u200d\U0001f467"
+    context = f"A family {family} photo"
+    offsets = [None, (0, 1), (2, 8)] + [(9 + index, 10 + index) for index in range(5)] + [(15, 20), None]
+    ranked = rank_answers([token_logits(offsets, {2: 4.0, 5: 2.0}, {3: 4.0, 8: 2.0})], context, n_best=3)
+    assert [a["answer"] for a in ranked.answers] == [f"family {family}", f"family {family} photo", f"{family} photo"]
+    for answer in ranked.answers:
+        assert answer["answer"] == context[answer["start"] : answer["end"]]
+
+
+def test_rank_answers_skips_whitespace_only_spans():
+    context = "alpha\n\nbeta gamma"
+    offsets = [None, (0, 5), (5, 7), (7, 11), (12, 17), None]
+    window = token_logits(offsets, {2: 4.5, 3: 2.0, 4: 0.5}, {2: 4.5, 3: 2.0, 4: 0.5})
+    for n_best in (1, 3):  # the next best span is found even when only one is kept per window
+        ranked = rank_answers([window], context, n_best=n_best, max_answer_len=1)
+        assert ranked.answers[0]["answer"] == "beta"
+        assert all(answer["answer"].strip() for answer in ranked.answers)
+    # The null answer is still offered as before.
+    ranked = rank_answers([window], context, n_best=1, max_answer_len=1, handle_impossible_answer=True)
+    assert [a["answer"] for a in ranked.answers] == ["beta", ""]
+
+
 def test_in_memory_model_with_pipeline_factory(tokenizer, markers, tmp_path):
     """For a model object: build the class directly, or pass `config=model.config` once the config carries
     `custom_pipelines` (every BlockBERT save_pretrained adds it); transformers 5 raises KeyError otherwise."""
@@ -391,8 +450,18 @@ def test_pipeline_from_a_saved_folder_without_the_package(tmp_path, tokenizer, m
         np.testing.assert_allclose([a["score"] for a in got], [a["score"] for a in want], rtol=1e-5)
 
 
-def test_the_pipeline_file_imports_only_numpy_torch_transformers_and_the_standard_library():
-    """It is copied into saved folders and must run where only those are installed."""
+def test_pipeline_on_a_folder_without_tokenizer_files_says_so(tmp_path, tokenizer, markers):
+    """No special-tokens-only stand-in: the error names the missing files and how to save a tokenizer."""
+    planted_model(tokenizer, markers).save_pretrained(tmp_path)
+    with pytest.raises(OSError, match="has no tokenizer files") as caught:
+        qa = pipeline("question-answering", model=str(tmp_path), trust_remote_code=True)
+        qa(question="What?", context=FILLER_LINES[2])
+    assert "tokenizer.json" in str(caught.value) and "save_pretrained" in str(caught.value)
+
+
+def test_the_pipeline_file_imports_only_what_transformers_needs_and_the_standard_library():
+    """It is copied into saved folders and must run where only transformers and torch are installed: numpy and regex
+    are requirements of transformers itself."""
     source = Path(pipeline_question_answering.__file__).read_text()
     imported = set()
     for node in ast.walk(ast.parse(source)):
@@ -401,4 +470,6 @@ def test_the_pipeline_file_imports_only_numpy_torch_transformers_and_the_standar
         elif isinstance(node, ast.ImportFrom):
             assert node.level == 0, "relative imports would need blockbert_hf's other modules"
             imported.add(node.module.split(".")[0])
-    assert imported - sys.stdlib_module_names == {"numpy", "torch", "transformers"}
+    assert imported - sys.stdlib_module_names == {"numpy", "regex", "torch", "transformers"}
+    requirements = importlib.metadata.requires("transformers")
+    assert {"numpy", "regex"} <= {re.split(r"[ <>=!~;\[]", line)[0] for line in requirements if "extra ==" not in line}

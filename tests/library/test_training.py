@@ -14,6 +14,7 @@ from accelerate import Accelerator
 from conftest import REPO_ROOT, tiny_config
 
 from blockbert_hf import BlockBertForMaskedLM
+from blockbert_hf.saving import OutputOverwritesInputError
 from blockbert_hf.training import (
     MetricsLog,
     NonFiniteLossError,
@@ -137,8 +138,11 @@ def test_resume_refuses_arguments_that_differ_from_the_checkpoints_run(tmp_path)
         check_output_dir(tmp_path / "new", ARGS, LAYOUT, resume_from="latest")
     with pytest.raises(OutputDirError, match="pass one of them"):
         check_output_dir(tmp_path, ARGS, LAYOUT, resume_from="latest", overwrite=True)
-    with pytest.raises(OutputDirError, match="would delete .*an input of this run"):
-        check_output_dir(tmp_path, ARGS, LAYOUT, overwrite=True, inputs=[tmp_path / "final_model"])
+    (tmp_path / "final_model").mkdir()
+    inputs = {"--model_name_or_path": tmp_path / "final_model"}
+    for overwrite in (True, False):  # the run would write over its input, and --overwrite_output_dir delete it
+        with pytest.raises(OutputOverwritesInputError, match="--output_dir .* holds --model_name_or_path"):
+            check_output_dir(tmp_path, ARGS, LAYOUT, overwrite=overwrite, inputs=inputs)
 
 
 def test_a_multi_process_launch_that_accelerate_sets_up_as_one_process_is_refused(monkeypatch):

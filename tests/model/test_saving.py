@@ -25,7 +25,7 @@ from blockbert_hf import (
     BlockBertModel,
     saving,
 )
-from blockbert_hf.saving import save_atomically
+from blockbert_hf.saving import atomic_directory, save_atomically
 from blockbert_hf.tokenization import match_tokenizer_to_config
 
 
@@ -268,3 +268,55 @@ def test_atomic_save_gives_an_ordinary_folder(tmp_path):
     folder = save_atomically(tmp_path / "out", lambda staging: (staging / "a.txt").write_text("x"))
     assert stat.S_IMODE(folder.stat().st_mode) == 0o777 & ~umask
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def _killed_write(target):
+    """Runs a write to `target` in another process that is killed (SIGKILL) inside it, as an interrupted export is."""
+    code = textwrap.dedent(
+        f"""
+        import importlib.util, os, signal, sys
+        spec = importlib.util.spec_from_file_location("saving", {str(REPO_ROOT / "src/blockbert_hf/saving.py")!r})
+        saving = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(saving)
+        with saving.atomic_directory({str(target)!r}) as staging:
+            (staging / "model.onnx").write_bytes(b"half")
+            os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == -9
+
+
+@pytest.mark.skipif(os.name != "posix", reason="a killed writer is recognised by its process id on POSIX systems")
+def test_a_new_write_removes_what_a_killed_write_to_the_same_target_left(tmp_path):
+    _killed_write(tmp_path / "out")
+    _killed_write(tmp_path / "other")
+    assert len([path for path in tmp_path.iterdir() if path.name.startswith(".out.tmp-")]) == 1
+    save_atomically(tmp_path / "out", lambda staging: (staging / "a.txt").write_text("x"))
+    names = sorted(path.name for path in tmp_path.iterdir())
+    assert names[-1] == "out" and names[0].startswith(".other.tmp-") and len(names) == 2  # only its own target's
+
+
+def test_a_write_in_progress_is_not_taken_for_a_stale_one(tmp_path):
+    with atomic_directory(tmp_path / "out") as first:
+        save_atomically(tmp_path / "out", lambda staging: (staging / "a.txt").write_text("second"))
+        assert first.is_dir()  # a live writer's staging folder stays
+        (first / "a.txt").write_text("first")
+    assert (tmp_path / "out" / "a.txt").read_text() == "first"
+    assert [path.name for path in tmp_path.iterdir()] == ["out"]
+
+
+def test_a_failed_final_rename_leaves_the_target_as_it_was_and_no_staging(tmp_path, monkeypatch):
+    target = tmp_path / "out"
+    save_atomically(target, lambda staging: (staging / "a.txt").write_text("old"))
+    replace = os.replace
+
+    def failing_replace(source, destination):
+        if ".out.tmp-" in os.fspath(source):
+            raise OSError("no space left on device")
+        replace(source, destination)
+
+    monkeypatch.setattr(os, "replace", failing_replace)
+    with pytest.raises(OSError, match="no space left"):
+        save_atomically(target, lambda staging: (staging / "a.txt").write_text("new"))
+    assert [path.name for path in tmp_path.iterdir()] == ["out"]
+    assert (target / "a.txt").read_text() == "old"

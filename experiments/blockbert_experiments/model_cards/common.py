@@ -10,6 +10,7 @@ from pathlib import Path
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from blockbert_hf.configuration_blockbert import BlockBertConfig
+from blockbert_hf.conversion import REPORT_FILE
 from blockbert_hf.model_card import CITATION as CITATION  # re-exported: every card cites the paper
 from blockbert_hf.model_card import assemble_card, markdown_table, write_model_card
 
@@ -22,6 +23,7 @@ SQUAD = "rajpurkar/squad"
 # Source weights a measured model may start from, by the sha256 of their model.safetensors (as its results file
 # records it): the Hub id to name as base_model and the weights' license.
 KNOWN_BASE_MODELS = {MINILM_SHA256: (MINILM_HUB_ID, MINILM_LICENSE)}
+QA_ARCHITECTURE = "BlockBertForQuestionAnswering"  # what fine-tuning for extractive QA saves
 METRICS = {"exact_match": "Exact match", "f1": "F1"}  # results key (the Hub's metric type) -> display name
 
 
@@ -130,6 +132,51 @@ def _read_model_config(model_dir: Path) -> BlockBertConfig:
             f"{path} is a {model_type!r} model, not BlockBERT: pass the BlockBERT folder that was trained."
         )
     return BlockBertConfig.from_pretrained(model_dir)
+
+
+def _missing_keys(value: object, keys: Mapping[str, Mapping | None], prefix: str = "") -> list[str]:
+    """The dotted names of `keys` (nested; None: a value) that `value` lacks."""
+    if not isinstance(value, Mapping):
+        return [prefix.rstrip(".")]  # a value where keys belong: none of them is there
+    missing = []
+    for key, inner in keys.items():
+        if key not in value:
+            missing.append(prefix + key)
+        elif inner is not None:
+            missing += _missing_keys(value[key], inner, f"{prefix}{key}.")
+    return missing
+
+
+def _read_results_json(path: Path, writer: str) -> dict:
+    """The JSON object in a results file, with an error naming the file when it is missing, not JSON or no object
+    (`writer`: what writes such files, for the message)."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist: pass the results file {writer} wrote.")
+    try:
+        results = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path} is not JSON ({error}): pass the results file {writer} wrote.") from None
+    if not isinstance(results, dict):
+        raise ValueError(f"{path} holds a JSON {type(results).__name__}, not the object {writer} writes.")
+    return results
+
+
+def _check_fine_tuned(config: BlockBertConfig, model_dir: Path, results_file: Path, which: str) -> None:
+    """The folder must be the fine-tuned QA model the results were measured on, not the converted model it started
+    from (same N, n and heads): a question-answering architecture, and no `conversion_report.json` (the conversion
+    writes one into its folder; the folder fine-tuning saves has none). `which`: the folder to pass instead."""
+    architectures = config.architectures or []
+    if QA_ARCHITECTURE not in architectures:
+        found = architectures[0] if architectures else "no architecture"
+        raise ValueError(
+            f"{model_dir} is a {found!r} folder, not a fine-tuned question-answering model ({QA_ARCHITECTURE}): "
+            f"{results_file} records the scores of the model fine-tuning saved. Pass {which}."
+        )
+    if (model_dir / REPORT_FILE).is_file():
+        raise ValueError(
+            f"{model_dir} holds {REPORT_FILE}: a freshly converted model, not the fine-tuned one whose scores "
+            f"{results_file} records. Pass {which}."
+        )
 
 
 def _heads_text(heads: Sequence[int]) -> str:

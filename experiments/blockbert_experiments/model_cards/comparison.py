@@ -25,14 +25,17 @@ from .common import (
     _base_model,
     _bullets,
     _card,
+    _check_fine_tuned,
     _config_limitations,
     _differences,
     _generated_note,
     _heads_text,
+    _missing_keys,
     _model_rows,
     _qa_card_data,
     _qa_usage,
     _read_model_config,
+    _read_results_json,
     _squad_eval_results,
     _table,
 )
@@ -50,17 +53,49 @@ ATTENTION_ROLES = {
 }
 
 
-def read_results(path: str | os.PathLike) -> dict:
-    """A cell's `results.json` as `experiments/qa_comparison.py` writes it, with a clear error when it is not one."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{path} does not exist: pass a cell's results file, e.g. docs/qa_comparison/n512_full_seed0/results.json."
+# The keys the card reads from a cell's results file, nested as there (None: a value).
+RESULTS_KEYS = {
+    "cell": dict.fromkeys(("name", "max_seq_length", "attention_pattern", "num_blocks", "seed")),
+    "label": None,
+    "recipe": dict.fromkeys(
+        (
+            "learning_rate",
+            "num_train_epochs",
+            "effective_batch_size",
+            "per_device_train_batch_size",
+            "gradient_accumulation_steps",
+            "warmup_ratio",
+            "schedule",
+            "doc_stride",
+            "threads",
         )
-    results = json.loads(path.read_text(encoding="utf-8"))
-    missing = [key for key in ("cell", "label", "recipe", "train", "sets", "commands") if key not in results]
+    ),
+    "train": dict.fromkeys(("finished",)),
+    "sets": None,
+    "commands": None,
+}
+_SET_KEYS = dict.fromkeys(("questions", "exact_match", "f1"))
+_FINISHED_TRAIN_KEYS = dict.fromkeys(("seconds", "attempts"))
+
+
+def read_results(path: str | os.PathLike) -> dict:
+    """A cell's `results.json` as `experiments/qa_comparison.py` writes it, with an error naming the file and every key
+    the card reads that it lacks."""
+    path = Path(path)
+    writer = "experiments/qa_comparison.py"
+    results = _read_results_json(path, writer)
+    missing = _missing_keys(results, RESULTS_KEYS)
+    if isinstance(results.get("train"), Mapping) and results["train"].get("finished"):
+        missing += _missing_keys(results["train"], _FINISHED_TRAIN_KEYS, "train.")
+    if isinstance(results.get("sets"), Mapping):
+        for name, measured in results["sets"].items():
+            missing += _missing_keys(measured, _SET_KEYS, f"sets.{name}.")
+    elif "sets" in results:
+        missing.append("sets (an object of test sets)")
+    if isinstance(results.get("commands"), str) or not isinstance(results.get("commands", []), list):
+        missing.append("commands (a list of commands)")
     if missing:
-        raise ValueError(f"{path} is not a results file of experiments/qa_comparison.py (it has no {missing}).")
+        raise ValueError(f"{path} is not a complete results file of {writer}: it has no {', '.join(missing)}.")
     return results
 
 
@@ -313,6 +348,9 @@ def results_card(
         raise ValueError(f"{results_path}: no test set has been evaluated yet; write the card once one has.")
     config = _read_model_config(model_dir)
     _check_model_matches(config, results["cell"], model_dir, results_path)
+    _check_fine_tuned(
+        config, model_dir, results_path, "the folder that cell trained (WORK_DIR/cells/<cell>/train/model)"
+    )
     base_model, license = _base_model(results, base_model, license)
     recorded = recorded_path(results_path)
     _, _, evaluations = _commands_by_step(results["commands"])

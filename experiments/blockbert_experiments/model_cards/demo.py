@@ -5,7 +5,6 @@ Every number on it, the `model-index` of EM/F1 on the held-out questions include
 file, whose path the card records (`results_file` in its metadata).
 """
 
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,14 +21,17 @@ from .common import (
     _base_model,
     _bullets,
     _card,
+    _check_fine_tuned,
     _config_limitations,
     _differences,
     _generated_note,
     _heads_text,
+    _missing_keys,
     _model_rows,
     _qa_card_data,
     _qa_usage,
     _read_model_config,
+    _read_results_json,
     _squad_eval_results,
     _table,
 )
@@ -74,32 +76,10 @@ DEMO_RESULTS_KEYS = {
 _KERNEL_KEYS = {"models": {FULL_ATTENTION: _EFFICIENCY_MODEL_KEYS}, **dict.fromkeys(RATIOS_TO_FULL)}
 
 
-def _missing_keys(value: object, keys: Mapping[str, Mapping | None], prefix: str = "") -> list[str]:
-    """The dotted names of `keys` (nested) that `value` lacks."""
-    if not isinstance(value, Mapping):
-        return [prefix.rstrip(".")]  # a value where keys belong: none of them is there
-    missing = []
-    for key, inner in keys.items():
-        if key not in value:
-            missing.append(prefix + key)
-        elif inner is not None:
-            missing += _missing_keys(value[key], inner, f"{prefix}{key}.")
-    return missing
-
-
 def read_demo_results(path: str | os.PathLike) -> dict:
     """The results file `experiments/demo.py` writes, with an error naming every key the card needs that it lacks."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{path} does not exist: pass the results file `make demo` wrote (OUTPUT_DIR/results.json)."
-        )
-    try:
-        results = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path} is not JSON ({error}): pass the results file `make demo` wrote.") from None
-    if not isinstance(results, dict):
-        raise ValueError(f"{path} holds a JSON {type(results).__name__}, not the object `make demo` writes.")
+    results = _read_results_json(path, "`make demo`")
     missing = _missing_keys(results, DEMO_RESULTS_KEYS)
     kernels = results.get("efficiency", {}).get("kernels") if isinstance(results.get("efficiency"), Mapping) else None
     if isinstance(kernels, Mapping):
@@ -269,6 +249,9 @@ def demo_card(
     results = read_demo_results(results_path)
     config = _read_model_config(model_dir)
     _check_model_matches(config, results["model"], model_dir, results_path)
+    _check_fine_tuned(
+        config, model_dir, results_path, "the folder the demo fine-tuned (`model.folder` in the results file)"
+    )
     base_model, license = _base_model(results, base_model, license)
     recorded = recorded_path(results_path)
     training, held_out, conversion = results["training"], results["held_out"], results["conversion"]

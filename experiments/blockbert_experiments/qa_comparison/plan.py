@@ -108,9 +108,10 @@ def plan_cell(config: ComparisonConfig, cell: Cell, manifest: Mapping, test_sets
 
 def plan_comparison(config: ComparisonConfig, grid: Sequence[Cell] = GRID) -> list[CellPlan]:
     """The plan of every selected cell, in priority order."""
+    cells = select_cells(config.cells, grid)  # an unknown cell name is the first thing to report
     manifest = read_manifest(config)
     test_sets = test_set_names(config, manifest)
-    return [plan_cell(config, cell, manifest, test_sets) for cell in select_cells(config.cells, grid)]
+    return [plan_cell(config, cell, manifest, test_sets) for cell in cells]
 
 
 def format_plan(config: ComparisonConfig, plans: Sequence[CellPlan]) -> str:

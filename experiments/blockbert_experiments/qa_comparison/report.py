@@ -1,6 +1,8 @@
 """The report in the results folder, from whatever cells have results: `README.md` (grid, recipe, results, intervals,
 seed spread, cost, commands), `results.json` and the F1-vs-context-length plot."""
 
+import json
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -12,16 +14,93 @@ from .layout import DATA_DIR_VARIABLE, SQUAD_DEV, WORK_DIR_VARIABLE, read_json
 from .scores import compare_cells, equal_window_pairs, same_seed_pairs, seed_pairs
 
 
-def load_results(config: ComparisonConfig, grid: Sequence[Cell] = GRID) -> dict[str, dict]:
-    """The results of every cell in the results folder that has any, grid cells first in priority order."""
+logger = logging.getLogger(__name__)
+
+
+# The keys the report reads from a cell's files, nested as there (None: a value).
+_CELL_KEYS = dict.fromkeys(("name", "max_seq_length", "attention_pattern", "seed", "train_set"))
+RESULTS_KEYS = {
+    "cell": _CELL_KEYS,
+    "label": None,
+    "train": {"finished": None},
+    "sets": None,
+    "finished": None,
+    "commands": None,
+}
+_SET_KEYS = dict.fromkeys(("exact_match", "f1", "seconds_per_question", "peak_rss_mb"))
+_SCORES_KEYS = dict.fromkeys(("ids_sha256", "em", "f1"))
+
+
+def _missing_keys(value: object, keys: Mapping[str, Mapping | None], prefix: str = "") -> list[str]:
+    """The dotted names of `keys` (nested) that `value` lacks."""
+    if not isinstance(value, Mapping):
+        return [prefix.rstrip(".") or "everything (not a JSON object)"]
+    missing = []
+    for key, inner in keys.items():
+        if key not in value:
+            missing.append(prefix + key)
+        elif inner is not None:
+            missing += _missing_keys(value[key], inner, f"{prefix}{key}.")
+    return missing
+
+
+def _read_cell_file(path: Path, default=None):
+    """A cell's JSON file (`default` where it does not exist), or a `ValueError` naming the file and the problem."""
+    try:
+        found = read_json(path)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}: is not readable JSON ({error})") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: could not be read ({error})") from None
+    return default if found is None else found
+
+
+def _read_cell(folder: Path) -> dict:
+    """A cell's `results.json` with its `scores.json` (under `scores`), checked for every key the report reads."""
+    path = folder / "results.json"
+    results = _read_cell_file(path)
+    missing = _missing_keys(results, RESULTS_KEYS)
+    if not missing:
+        if results["train"]["finished"] and "seconds" not in results["train"]:
+            missing.append("train.seconds")
+        if isinstance(results["sets"], Mapping):
+            for name, measured in results["sets"].items():
+                keys = {**_SET_KEYS, "target_tokens": None} if name.startswith("sweep_") else _SET_KEYS
+                missing += _missing_keys(measured, keys, f"sets.{name}.")
+        else:
+            missing.append("sets (a JSON object of test sets)")
+    if missing:
+        raise ValueError(f"{path}: has no {', '.join(missing)}")
+    path = folder / "scores.json"
+    scores = _read_cell_file(path, default={})
+    missing = (
+        [key for name, entry in scores.items() for key in _missing_keys(entry, _SCORES_KEYS, f"{name}.")]
+        if isinstance(scores, Mapping)
+        else ["everything (not a JSON object)"]
+    )
+    if missing:
+        raise ValueError(f"{path}: has no {', '.join(missing)}")
+    return {**results, "scores": scores}
+
+
+def load_results(
+    config: ComparisonConfig, grid: Sequence[Cell] = GRID, skipped: dict[str, str] | None = None
+) -> dict[str, dict]:
+    """The results of every cell in the results folder that has any, grid cells first in priority order. A cell whose
+    `results.json` or `scores.json` cannot be read or lacks a key the report reads is left out with a warning naming
+    the file and the problem (and recorded in `skipped`, cell name -> problem)."""
     folder = Path(config.results_dir)
     names = [cell.name for cell in grid]
     found = sorted(path.parent.name for path in folder.glob("*/results.json")) if folder.is_dir() else []
     ordered = [name for name in names if name in found] + [name for name in found if name not in names]
     results = {}
     for name in ordered:
-        results[name] = read_json(folder / name / "results.json")
-        results[name]["scores"] = read_json(folder / name / "scores.json") or {}
+        try:
+            results[name] = _read_cell(folder / name)
+        except ValueError as error:
+            logger.warning(f"{error}; cell {name} is skipped in the report.")
+            if skipped is not None:
+                skipped[name] = str(error).removeprefix(f"{folder / name}/")
     return results
 
 
@@ -207,7 +286,8 @@ def write_report(config: ComparisonConfig, grid: Sequence[Cell] = GRID) -> dict:
     """Writes `README.md`, `results.json` and `f1_vs_context_length.png` into the results folder from whatever cells
     have results; returns what `results.json` holds."""
     folder = Path(config.results_dir)
-    results = load_results(config, grid)
+    skipped: dict[str, str] = {}
+    results = load_results(config, grid, skipped)
     questions = read_json(folder / "questions.json") or {}
     sets = _set_order(results)
     baseline = config.baseline
@@ -241,6 +321,13 @@ def write_report(config: ComparisonConfig, grid: Sequence[Cell] = GRID) -> dict:
             ],
         )
         + f"\nCells not (fully) measured: {', '.join(f'`{n}`' for n in pending) or 'none'}.\n\n"
+        + (
+            "Cells left out of this report (a file of theirs could not be read): "
+            + "; ".join(f"`{name}` ({problem})" for name, problem in skipped.items())
+            + ".\n\n"
+            if skipped
+            else ""
+        )
         + N2048_CHOICE
     )
     parts.append("## Recipe\n\n" + _recipe_text(config))

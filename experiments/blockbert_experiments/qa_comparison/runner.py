@@ -100,9 +100,9 @@ def run_cell(config: ComparisonConfig, cell: Cell, manifest: Mapping, test_sets:
 def run_comparison(config: ComparisonConfig, grid: Sequence[Cell] = GRID) -> list[str]:
     """Runs the selected cells in priority order, writing each cell's results and the report as it goes; a failing
     cell is logged and skipped. Returns the names of the cells that failed."""
+    cells = select_cells(config.cells, grid)  # an unknown cell name is the first thing to report
     manifest = read_manifest(config)
     test_sets = test_set_names(config, manifest)
-    cells = select_cells(config.cells, grid)
     source = resolve_source_model(config)
     for cell in cells:  # a missing --squad_file stops the run before any work, not after the cells before it
         layout = CellLayout(config, cell)

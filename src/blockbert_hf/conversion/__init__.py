@@ -9,14 +9,15 @@
 3. **Verification** (`verification`): `verify_conversion` runs source and target on real text, tokenized by the
    source's own tokenizer.
 4. **Report and saving** (`report`): `conversion_summary` / `format_report` say what was converted and how it
-   verified; `save_converted` writes model, tokenizer and `conversion_report.json` atomically.
+   verified; `check_output_dir` refuses an output folder that is or holds an input, or cannot be written, before any
+   work; `save_converted` writes model, tokenizer and `conversion_report.json` atomically.
 
 Errors (`errors`): `ConversionError` for a checkpoint or option that cannot be converted, `TokenizerError` for a source
 without a usable tokenizer of its own.
 """
 
 from .errors import ConversionError, TokenizerError
-from .report import REPORT_FILE, conversion_summary, format_report, save_converted
+from .report import REPORT_FILE, check_output_dir, conversion_summary, format_report, save_converted
 from .source import (
     SOURCE_ARCHITECTURES,
     blockbert_config_from_source,
@@ -48,6 +49,7 @@ __all__ = [
     "TokenizerError",
     "VerificationCheck",
     "blockbert_config_from_source",
+    "check_output_dir",
     "check_tokenizer_on_text",
     "conversion_summary",
     "convert_checkpoint",

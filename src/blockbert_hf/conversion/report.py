@@ -1,15 +1,15 @@
-"""The conversion report (`conversion_summary`, printed with `format_report`) and the atomic save of model,
-tokenizer and `conversion_report.json` (`save_converted`)."""
+"""The conversion report (`conversion_summary`, printed with `format_report`), the output folder's checks
+(`check_output_dir`) and the atomic save of model, tokenizer and `conversion_report.json` (`save_converted`)."""
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
 
 from ..modeling_blockbert import BlockBertModel
-from ..saving import atomic_directory
+from ..saving import atomic_directory, check_output_keeps_inputs
 from .errors import ConversionError
 from .verification import TextCoverage, VerificationCheck
 from .weights import ConvertedCheckpoint
@@ -105,23 +105,47 @@ def format_report(summary: dict) -> str:
     return "\n".join(lines)
 
 
+def check_output_dir(
+    output_dir: str | os.PathLike, inputs: Mapping[str, str | os.PathLike | None], overwrite: bool = False
+) -> None:
+    """Refuses, before any work, an OUTPUT_DIR the conversion must not or cannot write: one that is or holds one of
+    `inputs` (option name -> path; `OutputOverwritesInputError`, with or without `overwrite`), a non-empty folder
+    without `overwrite`, a file, or a folder under one this user cannot write to (`ConversionError`)."""
+    output_dir = Path(output_dir)
+    check_output_keeps_inputs(output_dir, inputs, output_name="OUTPUT_DIR")
+    if output_dir.exists() and not output_dir.is_dir():
+        raise ConversionError(f"OUTPUT_DIR {output_dir} is a file; choose a folder.")
+    if output_dir.is_dir() and any(output_dir.iterdir()) and not overwrite:
+        raise ConversionError(f"{output_dir} exists and is not empty; pass --overwrite to replace it.")
+    parent = output_dir.absolute().parent
+    while not parent.exists():  # the folders the write would create
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise ConversionError(f"OUTPUT_DIR {output_dir} cannot be written: {parent} is not a folder you can write to.")
+
+
 def save_converted(
     converted: ConvertedCheckpoint, output_dir: str | os.PathLike, summary: dict, overwrite: bool = False
 ) -> Path:
     """Writes model (weights, config, code for `trust_remote_code`), tokenizer (`model_max_length = N`) and
-    `conversion_report.json` into one atomic folder; the folder is reloaded first to check the saved weights."""
+    `conversion_report.json` into one atomic folder; the folder is reloaded first to check the saved weights.
+    `output_dir` is checked as `check_output_dir` does."""
     output_dir = Path(output_dir)
-    if output_dir.exists() and any(output_dir.iterdir()) and not overwrite:
-        raise ConversionError(f"{output_dir} exists and is not empty; pass --overwrite to replace it.")
+    check_output_dir(output_dir, {"SOURCE": converted.source, "--tokenizer": converted.tokenizer_source}, overwrite)
     model = converted.model
-    with atomic_directory(output_dir) as staging:
-        model.save_pretrained(staging)
-        converted.tokenizer.save_pretrained(staging)
-        (staging / REPORT_FILE).write_text(json.dumps(summary, indent=2) + "\n")
-        kwargs = {"add_pooling_layer": model.pooler is not None} if isinstance(model, BlockBertModel) else {}
-        reloaded = type(model).from_pretrained(staging, **kwargs)
-        expected = model.state_dict()
-        for name, tensor in reloaded.state_dict().items():
-            if not torch.equal(tensor, expected[name]):
-                raise ConversionError(f"The saved checkpoint does not reload {name} unchanged; nothing was written.")
+    try:
+        with atomic_directory(output_dir) as staging:
+            model.save_pretrained(staging)
+            converted.tokenizer.save_pretrained(staging)
+            (staging / REPORT_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+            kwargs = {"add_pooling_layer": model.pooler is not None} if isinstance(model, BlockBertModel) else {}
+            reloaded = type(model).from_pretrained(staging, **kwargs)
+            expected = model.state_dict()
+            for name, tensor in reloaded.state_dict().items():
+                if not torch.equal(tensor, expected[name]):
+                    raise ConversionError(
+                        f"The saved checkpoint does not reload {name} unchanged; nothing was written."
+                    )
+    except OSError as error:  # e.g. a full disk: the atomic write left nothing behind
+        raise ConversionError(f"Could not write {output_dir}: {error}; nothing was written.") from error
     return output_dir

@@ -21,6 +21,7 @@ from transformers import (
 )
 
 from ..configuration_blockbert import BlockBertConfig, default_heads_per_shift, parse_heads_per_shift
+from ..tokenization import special_tokens_only
 from .errors import ConversionError, TokenizerError
 
 
@@ -127,6 +128,8 @@ def blockbert_config_from_source(
 ) -> BlockBertConfig:
     """The BlockBERT config of a converted checkpoint: the source's sizes, activation, epsilon, dropout, token types
     and special ids; RoBERTa or BERT positions; and the blockwise fields asked for."""
+    if num_blocks < 1:
+        raise ConversionError(f"--num_blocks must be at least 1, got {num_blocks}.")
     source_length = source_sequence_length(source_config)
     length = source_length if max_seq_length is None else max_seq_length
     if length < source_length:
@@ -145,6 +148,10 @@ def blockbert_config_from_source(
         except ValueError as error:
             example = f"{source_config.num_attention_heads - 1}:1"
             raise ConversionError(f"{error} (--heads, e.g. --heads {example})") from None
+    try:
+        heads_per_shift = parse_heads_per_shift(heads_per_shift)
+    except ValueError as error:
+        raise ConversionError(f"Invalid --heads: {error}") from None
     fields = dict(
         vocab_size=source_config.vocab_size,
         hidden_size=source_config.hidden_size,
@@ -165,7 +172,7 @@ def blockbert_config_from_source(
         tie_word_embeddings=getattr(source_config, "tie_word_embeddings", True),
         num_blocks=num_blocks,
         block_size=block_size,
-        heads_per_shift=parse_heads_per_shift(heads_per_shift),
+        heads_per_shift=heads_per_shift,
         attention_pattern=attention_pattern,
         position_embedding_style=style,
     )
@@ -197,11 +204,10 @@ def load_source_tokenizer(source: str, tokenizer_name_or_path: str | None = None
             f"Could not load a tokenizer from {name!r} ({str(error).splitlines()[0]}). "
             + _tokenizer_hint(source, tokenizer_name_or_path)
         ) from error
-    if not set(tokenizer.get_vocab()) - set(tokenizer.all_special_tokens):
+    problem = special_tokens_only(tokenizer)
+    if problem:
         raise TokenizerError(
-            f"{name!r} has no tokenizer vocabulary: the {type(tokenizer).__name__} loaded from it knows only its "
-            f"{len(tokenizer)} special tokens ({', '.join(tokenizer.all_special_tokens)}), the stand-in transformers "
-            "builds when a folder has no tokenizer files. The conversion cannot be verified on real text with it, "
+            f"{name!r} has no tokenizer vocabulary: {problem}. The conversion cannot be verified on real text with it, "
             "nor saved with a working tokenizer. " + _tokenizer_hint(source, tokenizer_name_or_path)
         )
     return tokenizer

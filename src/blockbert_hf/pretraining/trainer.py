@@ -122,7 +122,11 @@ def run_pretraining(args: PretrainingArguments) -> dict:
         args.tokens_per_batch, args.max_seq_length, accelerator.num_processes, args.per_device_train_batch_size
     )
     run_args = run_arguments(args)
-    inputs = [path for path in (args.model_name_or_path, args.tokenizer_name, args.config_name) if path]
+    inputs = {
+        "--model_name_or_path": args.model_name_or_path,
+        "--tokenizer_name": args.tokenizer_name,
+        "--config_name": args.config_name,
+    }
     resume_from = check_output_dir(
         args.output_dir,
         run_args,

@@ -534,7 +534,7 @@ def _start(config: QARunConfig) -> tuple[Accelerator, Path | None]:
     )
     check_launch(accelerator, "examples/run_qa.py")
     run_args = run_arguments(config)
-    inputs = [path for path in (config.model_name_or_path, config.tokenizer_name) if path]
+    inputs = {"--model_name_or_path": config.model_name_or_path, "--tokenizer_name": config.tokenizer_name}
     resume_from = check_output_dir(
         config.output_dir,
         run_args,

@@ -1,0 +1,120 @@
+"""An output that is, or holds, an input of the script writing it is refused before any work, with or without an
+overwrite option (`blockbert_hf.saving.check_output_keeps_inputs`), by every script that writes a folder."""
+
+import json
+
+import pytest
+from conftest import REPO_ROOT, SAMPLE_TEXT, load_script, make_model, tiny_config
+
+from blockbert_hf import BlockBertForMaskedLM, BlockBertForQuestionAnswering
+from blockbert_hf.pretraining import trainer
+from blockbert_hf.qa import finetuning
+from blockbert_hf.saving import OutputOverwritesInputError, check_output_keeps_inputs
+
+
+SQUAD_V1 = REPO_ROOT / "data" / "samples" / "squad_v1.1_dev_sample.json"
+
+
+def _files(folder):
+    return {path.relative_to(folder): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+@pytest.fixture
+def source(tmp_path):
+    folder = tmp_path / "parent" / "model"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    return folder
+
+
+def test_an_output_that_is_or_holds_an_input_is_refused(source, tmp_path, monkeypatch):
+    inputs = {"--model": source, "--tokenizer": None, "--train_files": [SAMPLE_TEXT]}
+    for output, relation in ((source, "is"), (source.parent, "holds"), (tmp_path, "holds")):
+        with pytest.raises(OutputOverwritesInputError, match=f"OUT {output} {relation} --model {source}: "):
+            check_output_keeps_inputs(output, inputs, output_name="OUT")
+    with pytest.raises(OutputOverwritesInputError, match="holds --train_files"):
+        check_output_keeps_inputs(SAMPLE_TEXT.parent, inputs)
+    (tmp_path / "link").symlink_to(source, target_is_directory=True)
+    with pytest.raises(OutputOverwritesInputError, match="is --model"):
+        check_output_keeps_inputs(tmp_path / "link", inputs)
+    with pytest.raises(OutputOverwritesInputError, match="is --model .*link: "):  # a link given as the input
+        check_output_keeps_inputs(source, {"--model": tmp_path / "link"})
+    monkeypatch.chdir(source)
+    with pytest.raises(OutputOverwritesInputError, match=r"the output \.\. holds --model \.\./model: "):
+        check_output_keeps_inputs("..", {"--model": "../model"})
+
+
+def test_an_output_beside_or_inside_an_input_and_a_hub_id_are_allowed(source, tmp_path, monkeypatch):
+    inputs = {"--model": source, "--file": source / "config.json"}
+    for output in (source.parent / "out", source / "out", tmp_path / "elsewhere" / "out"):
+        check_output_keeps_inputs(output, inputs)
+    monkeypatch.chdir(tmp_path)
+    check_output_keeps_inputs(".", {"--model_name_or_path": "org/model"})  # not a local path: nothing to destroy
+
+
+@pytest.mark.parametrize("where", ["same", "parent"])
+def test_export_onnx_refuses_to_write_over_its_model(where, tmp_path, tokenizer, capsys):
+    model = tmp_path / "parent" / "model"
+    make_model(BlockBertForQuestionAnswering, tiny_config(vocab_size=len(tokenizer))).save_pretrained(model)
+    tokenizer.save_pretrained(model)
+    before = _files(tmp_path)
+    output = model if where == "same" else model.parent
+    with pytest.raises(SystemExit) as exited:
+        load_script("examples/export_onnx.py").main([str(model), str(output), "--overwrite"])
+    assert exited.value.code == 2
+    assert f"{'is' if where == 'same' else 'holds'} model_folder" in capsys.readouterr().err
+    assert _files(tmp_path) == before
+
+
+@pytest.mark.parametrize("where", ["same", "parent"])
+def test_run_qa_refuses_an_output_dir_that_is_or_holds_the_model_before_any_work(where, tmp_path, monkeypatch):
+    model = tmp_path / "parent" / "model"
+    make_model(BlockBertForQuestionAnswering, tiny_config(vocab_size=120)).save_pretrained(model)
+    before = _files(tmp_path)
+    monkeypatch.setattr(finetuning, "_load_model_and_tokenizer", lambda config: pytest.fail("work started"))
+    output = model if where == "same" else model.parent
+    argv = ["--model_name_or_path", model, "--train_file", SQUAD_V1, "--do_train", "--output_dir", output]
+    with pytest.raises(OutputOverwritesInputError, match="--output_dir .* --model_name_or_path"):
+        load_script("examples/run_qa.py").main([str(arg) for arg in [*argv, "--overwrite_output_dir"]])
+    assert _files(tmp_path) == before
+
+
+@pytest.mark.parametrize("where", ["same", "parent"])
+def test_run_mlm_refuses_an_output_dir_that_is_or_holds_the_model_before_any_work(where, tmp_path, monkeypatch):
+    model = tmp_path / "parent" / "model"
+    make_model(BlockBertForMaskedLM, tiny_config(vocab_size=120)).save_pretrained(model)
+    before = _files(tmp_path)
+    monkeypatch.setattr(trainer, "_run", lambda *args: pytest.fail("work started"))
+    output = model if where == "same" else model.parent
+    argv = ["--model_name_or_path", model, "--train_files", SAMPLE_TEXT, "--output_dir", output]
+    with pytest.raises(OutputOverwritesInputError, match="--output_dir .* --model_name_or_path"):
+        load_script("examples/run_mlm.py").main([str(arg) for arg in [*argv, "--max_train_steps", 1]])
+    assert _files(tmp_path) == before
+
+
+@pytest.mark.parametrize("script", ["demo", "build_long_context_qa"])
+def test_experiment_scripts_refuse_an_output_dir_that_holds_their_input(script, tmp_path, monkeypatch, capsys):
+    """The demo rerun from the model its earlier run converted; the long-context sets written over their SQuAD
+    file's folder."""
+    data = tmp_path / "out"
+    if script == "demo":
+        (data / "converted").mkdir(parents=True)
+        (data / "converted" / "config.json").write_text("{}")
+        (data / "results.json").write_text(json.dumps({"kind": "blockbert-hf demo"}))  # an earlier demo's folder
+        argv = ["--output_dir", data, "--source_model", data / "converted"]
+        option = "--source_model"
+    else:
+        data.mkdir()
+        (data / "dev.json").write_bytes(SQUAD_V1.read_bytes())
+        (tmp_path / "tokenizer").mkdir()
+        argv = ["--squad_file", data / "dev.json", "--tokenizer", tmp_path / "tokenizer", "--output_dir", data]
+        argv.append("--overwrite_output_dir")
+        option = "--squad_file"
+    before = _files(tmp_path)
+    module = load_script(f"experiments/{script}.py")
+    monkeypatch.setattr(module, "run_script" if script == "demo" else "AutoTokenizer", None)  # any work fails
+    with pytest.raises(SystemExit) as exited:
+        module.main([str(arg) for arg in argv])
+    assert exited.value.code == 2
+    assert f"--output_dir {data} holds {option}" in capsys.readouterr().err
+    assert _files(tmp_path) == before
