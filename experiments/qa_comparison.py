@@ -28,6 +28,7 @@ from blockbert_experiments.qa_comparison import (
     run_comparison,
     write_report,
 )
+from blockbert_hf.saving import OutputOverwritesInputError, check_output_keeps_inputs
 from blockbert_hf.training import HelpFormatter
 
 
@@ -57,6 +58,13 @@ def main(argv=None) -> int:
     options = vars(build_parser().parse_args(argv))
     command = options.pop("command")
     config = ComparisonConfig(**options)
+    inputs = {"--data_dir": config.data_dir, "--squad_file": config.squad_file}
+    try:
+        for option in ("--work_dir", "--results_dir"):
+            check_output_keeps_inputs(getattr(config, option[2:]), inputs, output_name=option)
+    except OutputOverwritesInputError as error:
+        print(f"qa_comparison.py: {error}", file=sys.stderr)
+        return 2
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     if command == "report":
         report = write_report(config)

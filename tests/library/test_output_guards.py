@@ -118,3 +118,15 @@ def test_experiment_scripts_refuse_an_output_dir_that_holds_their_input(script, 
     assert exited.value.code == 2
     assert f"--output_dir {data} holds {option}" in capsys.readouterr().err
     assert _files(tmp_path) == before
+
+
+@pytest.mark.parametrize("output", ["--work_dir", "--results_dir"])
+def test_the_qa_comparison_refuses_an_output_that_holds_its_data(output, tmp_path, capsys):
+    data = tmp_path / "work" / "long_qa_data"
+    data.mkdir(parents=True)
+    (data / "manifest.json").write_text("{}")
+    before = _files(tmp_path)
+    argv = ["run", "--data_dir", data, output, tmp_path / "work", "--dry_run"]
+    assert load_script("experiments/qa_comparison.py").main([str(arg) for arg in argv]) == 2
+    assert f"{output} {tmp_path / 'work'} holds --data_dir {data}" in capsys.readouterr().err
+    assert _files(tmp_path) == before
