@@ -20,13 +20,13 @@ from transformers import AutoConfig, AutoTokenizer
 from . import modeling_blockbert
 from .configuration_blockbert import BlockBertConfig
 from .saving import atomic_directory, open_text
+from .tokenization import TOKENIZER_FILES, missing_tokenizer_files
 
 
 INPUT_NAMES = ("input_ids", "attention_mask")
 TOKEN_TYPE_INPUT = "token_type_ids"
 ONNX_FILE = "model.onnx"
 # Files that hold a tokenizer's vocabulary, any one group of which makes a folder's tokenizer loadable.
-TOKENIZER_FILES = (("tokenizer.json",), ("vocab.json", "merges.txt"), ("vocab.txt",), ("spiece.model",))
 # The question `export_onnx_folder` asks of the verification text, as the question-answering pipeline would.
 VERIFICATION_QUESTION = "What does BlockBERT reduce?"
 # The text `export_onnx_folder` verifies on when no other is given: real prose, repeated to fill every block.
@@ -315,9 +315,8 @@ def check_model_folder(model_folder: Path) -> BlockBertConfig:
         raise ValueError(f"The model folder {model_folder} does not exist (or is not a folder).")
     if not (model_folder / "config.json").is_file():
         raise ValueError(f"{model_folder} has no config.json: give a folder written by model.save_pretrained.")
-    if not any(all((model_folder / name).is_file() for name in group) for group in TOKENIZER_FILES):
-        partial = [group for group in TOKENIZER_FILES if any((model_folder / name).is_file() for name in group)]
-        missing = [name for group in partial for name in group if not (model_folder / name).is_file()]
+    missing = missing_tokenizer_files(model_folder)
+    if missing is not None:
         wanted = " or ".join(" + ".join(group) for group in TOKENIZER_FILES)
         missing = f" (missing: {', '.join(missing)})" if missing else ""
         raise ValueError(

@@ -33,12 +33,20 @@ def special_tokens_only(tokenizer: PreTrainedTokenizerBase) -> str | None:
     )
 
 
-def missing_roberta_tokenizer_files(folder: str) -> list[str]:
-    """The files a RoBERTa tokenizer needs that `folder` lacks: none with `tokenizer.json` (the serialized tokenizer)
-    or with both halves of the byte-level BPE vocabulary, `vocab.json` and `merges.txt`."""
-    if os.path.isfile(os.path.join(folder, "tokenizer.json")):
-        return []
-    return [name for name in ("vocab.json", "merges.txt") if not os.path.isfile(os.path.join(folder, name))]
+# Complete sets of tokenizer files, any one of which a tokenizer loads from; RoBERTa's byte-level BPE is the first two.
+TOKENIZER_FILES = (("tokenizer.json",), ("vocab.json", "merges.txt"), ("vocab.txt",), ("spiece.model",))
+ROBERTA_TOKENIZER_FILES = TOKENIZER_FILES[:2]
+
+
+def missing_tokenizer_files(folder: str | os.PathLike, file_sets=TOKENIZER_FILES) -> list[str] | None:
+    """None when `folder` holds one of `file_sets` whole; else the files missing from the sets it holds in part
+    (empty when it holds no tokenizer file at all)."""
+    present = [[os.path.isfile(os.path.join(folder, name)) for name in names] for names in file_sets]
+    if any(all(flags) for flags in present):
+        return None
+    return [
+        name for names, flags in zip(file_sets, present) if any(flags) for name, here in zip(names, flags) if not here
+    ]
 
 
 class BlockBertTokenizer(RobertaTokenizer):
@@ -56,10 +64,10 @@ class BlockBertTokenizer(RobertaTokenizer):
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs) -> RobertaTokenizer:
         name = str(pretrained_model_name_or_path)
         if os.path.isdir(name):
-            missing = missing_roberta_tokenizer_files(name)
-            if missing:
+            missing = missing_tokenizer_files(name, ROBERTA_TOKENIZER_FILES)
+            if missing is not None:
                 half = ""
-                if len(missing) == 1:
+                if missing:
                     other = "merges.txt" if missing[0] == "vocab.json" else "vocab.json"
                     half = f" (it has {other} but no {missing[0]})"
                 raise OSError(

@@ -134,19 +134,6 @@ def _read_model_config(model_dir: Path) -> BlockBertConfig:
     return BlockBertConfig.from_pretrained(model_dir)
 
 
-def _missing_keys(value: object, keys: Mapping[str, Mapping | None], prefix: str = "") -> list[str]:
-    """The dotted names of `keys` (nested; None: a value) that `value` lacks."""
-    if not isinstance(value, Mapping):
-        return [prefix.rstrip(".")]  # a value where keys belong: none of them is there
-    missing = []
-    for key, inner in keys.items():
-        if key not in value:
-            missing.append(prefix + key)
-        elif inner is not None:
-            missing += _missing_keys(value[key], inner, f"{prefix}{key}.")
-    return missing
-
-
 def _read_results_json(path: Path, writer: str) -> dict:
     """The JSON object in a results file, with an error naming the file when it is missing, not JSON or no object
     (`writer`: what writes such files, for the message)."""

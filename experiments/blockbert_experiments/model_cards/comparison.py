@@ -17,7 +17,7 @@ from blockbert_benchmarks.measuring.machine import recorded_path
 from blockbert_hf.configuration_blockbert import BlockBertConfig
 
 from ..minilm import MINILM_DEFINITION, MINILM_VARIABLE
-from ..qa_comparison.layout import DATA_DIR_VARIABLE, WORK_DIR_VARIABLE
+from ..qa_comparison.layout import DATA_DIR_VARIABLE, WORK_DIR_VARIABLE, missing_keys
 from ..qa_comparison.scores import configuration_key, equal_window_pairs
 from .common import (
     CITATION,
@@ -30,7 +30,6 @@ from .common import (
     _differences,
     _generated_note,
     _heads_text,
-    _missing_keys,
     _model_rows,
     _qa_card_data,
     _qa_usage,
@@ -84,12 +83,12 @@ def read_results(path: str | os.PathLike) -> dict:
     path = Path(path)
     writer = "experiments/qa_comparison.py"
     results = _read_results_json(path, writer)
-    missing = _missing_keys(results, RESULTS_KEYS)
+    missing = missing_keys(results, RESULTS_KEYS)
     if isinstance(results.get("train"), Mapping) and results["train"].get("finished"):
-        missing += _missing_keys(results["train"], _FINISHED_TRAIN_KEYS, "train.")
+        missing += missing_keys(results["train"], _FINISHED_TRAIN_KEYS, "train.")
     if isinstance(results.get("sets"), Mapping):
         for name, measured in results["sets"].items():
-            missing += _missing_keys(measured, _SET_KEYS, f"sets.{name}.")
+            missing += missing_keys(measured, _SET_KEYS, f"sets.{name}.")
     elif "sets" in results:
         missing.append("sets (an object of test sets)")
     if isinstance(results.get("commands"), str) or not isinstance(results.get("commands", []), list):

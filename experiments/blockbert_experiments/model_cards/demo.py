@@ -15,6 +15,7 @@ from blockbert_benchmarks.measuring.machine import recorded_path
 from blockbert_hf.configuration_blockbert import BlockBertConfig, parse_heads_per_shift
 
 from ..minilm import MINILM_DEFINITION, MINILM_VARIABLE
+from ..qa_comparison.layout import missing_keys
 from .common import (
     CITATION,
     REPOSITORY,
@@ -26,7 +27,6 @@ from .common import (
     _differences,
     _generated_note,
     _heads_text,
-    _missing_keys,
     _model_rows,
     _qa_card_data,
     _qa_usage,
@@ -80,19 +80,19 @@ def read_demo_results(path: str | os.PathLike) -> dict:
     """The results file `experiments/demo.py` writes, with an error naming every key the card needs that it lacks."""
     path = Path(path)
     results = _read_results_json(path, "`make demo`")
-    missing = _missing_keys(results, DEMO_RESULTS_KEYS)
+    missing = missing_keys(results, DEMO_RESULTS_KEYS)
     kernels = results.get("efficiency", {}).get("kernels") if isinstance(results.get("efficiency"), Mapping) else None
     if isinstance(kernels, Mapping):
         for kernel, measured in kernels.items():
             prefix = f"efficiency.kernels.{kernel}."
-            missing += _missing_keys(measured, _KERNEL_KEYS, prefix)
+            missing += missing_keys(measured, _KERNEL_KEYS, prefix)
             if not isinstance(measured, Mapping) or not isinstance(measured.get("models"), Mapping):
                 continue
             # every BlockBERT row, not only full attention's, needs its values and its ratios to full attention
             for key, model in measured["models"].items():
                 if key == FULL_ATTENTION:
                     continue
-                missing += _missing_keys(model, _EFFICIENCY_MODEL_KEYS, f"{prefix}models.{key}.")
+                missing += missing_keys(model, _EFFICIENCY_MODEL_KEYS, f"{prefix}models.{key}.")
                 missing += [
                     f"{prefix}{ratio}.{key}"
                     for ratio in RATIOS_TO_FULL

@@ -143,6 +143,20 @@ def is_saved_model(folder: Path) -> bool:
     return (folder / "config.json").is_file()
 
 
+def missing_keys(value: object, keys: Mapping[str, Mapping | None], prefix: str = "") -> list[str]:
+    """The dotted names of `keys` (nested; None: a value) that `value` lacks, checked before a results file is
+    indexed."""
+    if not isinstance(value, Mapping):
+        return [prefix.rstrip(".") or "everything (not a JSON object)"]
+    missing = []
+    for key, inner in keys.items():
+        if key not in value:
+            missing.append(prefix + key)
+        elif inner is not None:
+            missing += missing_keys(value[key], inner, f"{prefix}{key}.")
+    return missing
+
+
 def read_json(path: Path):
     """The JSON document in `path`, or None where the file does not exist (yet)."""
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None

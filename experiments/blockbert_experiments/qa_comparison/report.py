@@ -10,7 +10,7 @@ from blockbert_hf.saving import write_file_atomically, write_json_atomically
 
 from ..minilm import MINILM_DEFINITION, MINILM_INSTALL, MINILM_VARIABLE
 from .grid import GRID, Cell, ComparisonConfig, batch_sizes
-from .layout import DATA_DIR_VARIABLE, SQUAD_DEV, WORK_DIR_VARIABLE, read_json
+from .layout import DATA_DIR_VARIABLE, SQUAD_DEV, WORK_DIR_VARIABLE, missing_keys, read_json
 from .scores import compare_cells, equal_window_pairs, same_seed_pairs, seed_pairs
 
 
@@ -31,19 +31,6 @@ _SET_KEYS = dict.fromkeys(("exact_match", "f1", "seconds_per_question", "peak_rs
 _SCORES_KEYS = dict.fromkeys(("ids_sha256", "em", "f1"))
 
 
-def _missing_keys(value: object, keys: Mapping[str, Mapping | None], prefix: str = "") -> list[str]:
-    """The dotted names of `keys` (nested) that `value` lacks."""
-    if not isinstance(value, Mapping):
-        return [prefix.rstrip(".") or "everything (not a JSON object)"]
-    missing = []
-    for key, inner in keys.items():
-        if key not in value:
-            missing.append(prefix + key)
-        elif inner is not None:
-            missing += _missing_keys(value[key], inner, f"{prefix}{key}.")
-    return missing
-
-
 def _read_cell_file(path: Path, default=None):
     """A cell's JSON file (`default` where it does not exist), or a `ValueError` naming the file and the problem."""
     try:
@@ -59,14 +46,14 @@ def _read_cell(folder: Path) -> dict:
     """A cell's `results.json` with its `scores.json` (under `scores`), checked for every key the report reads."""
     path = folder / "results.json"
     results = _read_cell_file(path)
-    missing = _missing_keys(results, RESULTS_KEYS)
+    missing = missing_keys(results, RESULTS_KEYS)
     if not missing:
         if results["train"]["finished"] and "seconds" not in results["train"]:
             missing.append("train.seconds")
         if isinstance(results["sets"], Mapping):
             for name, measured in results["sets"].items():
                 keys = {**_SET_KEYS, "target_tokens": None} if name.startswith("sweep_") else _SET_KEYS
-                missing += _missing_keys(measured, keys, f"sets.{name}.")
+                missing += missing_keys(measured, keys, f"sets.{name}.")
         else:
             missing.append("sets (a JSON object of test sets)")
     if missing:
@@ -74,7 +61,7 @@ def _read_cell(folder: Path) -> dict:
     path = folder / "scores.json"
     scores = _read_cell_file(path, default={})
     missing = (
-        [key for name, entry in scores.items() for key in _missing_keys(entry, _SCORES_KEYS, f"{name}.")]
+        [key for name, entry in scores.items() for key in missing_keys(entry, _SCORES_KEYS, f"{name}.")]
         if isinstance(scores, Mapping)
         else ["everything (not a JSON object)"]
     )
