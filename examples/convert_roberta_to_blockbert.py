@@ -1,7 +1,8 @@
 """Convert a RoBERTa or BERT checkpoint to BlockBERT, weight for weight, and verify the result.
 
     python examples/convert_roberta_to_blockbert.py SOURCE OUTPUT_DIR [--num_blocks 2] [--heads 10:2]
-        [--max_seq_length 1024] [--attention_pattern blockwise] [--tokenizer PATH] [--skip_verification]
+        [--max_seq_length 1024 | --block_relative_positions] [--attention_pattern blockwise] [--tokenizer PATH]
+        [--skip_verification]
 
 SOURCE is a local folder (or a hub id, which needs network access) holding a RobertaModel / RobertaForMaskedLM or
 BertModel / BertForMaskedLM / BertForPreTraining checkpoint and its tokenizer. OUTPUT_DIR receives, atomically, the
@@ -66,12 +67,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="heads per shift in the paper's notation, e.g. 10:2 or 8:2:2 "
         "(default: max(1, A // 6) heads on each shift > 0, the rest on shift 0)",
     )
-    parser.add_argument("--block_size", type=int, default=None, help="b (default ceil(N / n))")
+    parser.add_argument(
+        "--block_size",
+        type=int,
+        default=None,
+        help="b (default ceil(N / n); with --block_relative_positions the source's N)",
+    )
     parser.add_argument(
         "--max_seq_length",
         type=int,
         default=None,
         help="N of the converted model (default: the source's); new position rows repeat the source's",
+    )
+    parser.add_argument(
+        "--block_relative_positions",
+        action="store_true",
+        help="positions restart at every block: the source's position table is kept as it is (no rows added), "
+        "b = --block_size (at most the source's N, default the source's N) and N = n * b",
     )
     parser.add_argument("--attention_pattern", default="blockwise", choices=["blockwise", "full", "sparse_fixed"])
     parser.add_argument(
@@ -122,6 +134,7 @@ def main(argv=None) -> int:
             block_size=args.block_size,
             max_seq_length=args.max_seq_length,
             attention_pattern=args.attention_pattern,
+            block_relative_positions=args.block_relative_positions,
             target_class=args.target_class,
             drop_source_keys=args.drop_source_keys,
             source_architecture=args.source_architecture,

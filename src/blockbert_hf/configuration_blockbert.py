@@ -56,22 +56,30 @@ def default_heads_per_shift(num_attention_heads: int, num_blocks: int) -> list[i
 
 
 def sequence_length(max_position_embeddings: int, pad_token_id: int | None, position_embedding_style: str) -> int:
-    """`N`: RoBERTa positions reserve the rows up to the padding index (514 -> 512), BERT positions none."""
+    """The position rows the table offers to real tokens (`C`), which is `N` unless `block_relative_positions` is on:
+    RoBERTa positions reserve the rows up to the padding index (514 -> 512), BERT positions none."""
     if position_embedding_style == "roberta":
         return max_position_embeddings - (pad_token_id if pad_token_id is not None else 1) - 1
     return max_position_embeddings
 
 
 def _derived_block_size(config_dict: dict) -> int | None:
-    """`ceil(N / n)` from the fields of a saved config (defaults where a field is missing), or None if they are not
-    usable numbers."""
+    """The block size an unset `block_size` gives, from the fields of a saved config (defaults where a field is
+    missing): `ceil(N / n)`, or `C` with block-relative positions; None if they are not usable numbers."""
     defaults = BlockBertConfig.__dataclass_fields__
-    positions, pad_token_id, style, num_blocks = (
+    positions, pad_token_id, style, num_blocks, block_relative = (
         config_dict.get(name, defaults[name].default)
-        for name in ("max_position_embeddings", "pad_token_id", "position_embedding_style", "num_blocks")
+        for name in (
+            "max_position_embeddings",
+            "pad_token_id",
+            "position_embedding_style",
+            "num_blocks",
+            "block_relative_positions",
+        )
     )
     try:
-        return math.ceil(sequence_length(positions, pad_token_id, style) / num_blocks)
+        rows = sequence_length(positions, pad_token_id, style)
+        return rows if block_relative else math.ceil(rows / num_blocks)
     except (TypeError, ZeroDivisionError):
         return None
 
@@ -85,7 +93,8 @@ class BlockBertConfig(PreTrainedConfig):
 
     The sequence length `N` (the most tokens one input may have) is derived from `max_position_embeddings`:
     `N = max_position_embeddings - pad_token_id - 1` with RoBERTa positions (514 -> 512), `N = max_position_embeddings`
-    with BERT positions. It is available as `config.max_sequence_length`.
+    with BERT positions. With `block_relative_positions=True` it is `N = num_blocks * block_size` instead. It is
+    available as `config.max_sequence_length`.
 
     Args:
         num_blocks (`int`, *optional*, defaults to 2):
@@ -118,6 +127,14 @@ class BlockBertConfig(PreTrainedConfig):
         position_embedding_style (`str`, *optional*, defaults to `"roberta"`):
             `"roberta"`: learned absolute positions that skip padding and start at `pad_token_id + 1`;
             `"bert"`: positions `0, 1, 2, ...` (use with `type_vocab_size=2` for BERT checkpoints).
+        block_relative_positions (`bool`, *optional*, defaults to `False`):
+            Positions restart at every block boundary: the real token at index `t` gets position `P + (t mod b)`
+            (`P = pad_token_id + 1` with RoBERTa positions, 0 with BERT positions), so every block looks like an input
+            the position table was trained on. Only with `attention_pattern="blockwise"`. Let `C` be the positions the
+            table offers (`config.position_rows`: `max_position_embeddings - pad_token_id - 1` with RoBERTa positions,
+            `max_position_embeddings` with BERT positions): `b` is `block_size` if set (at most `C`), else `C`, and
+            `N = n * b`, no longer bound by the table; `from_pretrained(..., num_blocks=8)` then reads `8 * b` tokens.
+            Position ids passed to the model are used as they are.
         sparse_prediction (`bool`, *optional*, defaults to `False`):
             As in ModernBERT: when `BlockBertForMaskedLM` gets `labels`, run the MLM head only on the positions whose
             label is not -100 and return `logits` of shape `(num_masked, vocab_size)` instead of
@@ -166,6 +183,7 @@ class BlockBertConfig(PreTrainedConfig):
     sparse_expressivity: int = 32
     position_embedding_style: str = "roberta"
     sparse_prediction: bool = False
+    block_relative_positions: bool = False
 
     def __post_init__(self, **kwargs):
         self._check_fields_defaults_depend_on()
@@ -181,10 +199,19 @@ class BlockBertConfig(PreTrainedConfig):
 
     @property
     def effective_block_size(self) -> int:
-        """`b`, the block size in use: `block_size` if set, else `ceil(N / n)` from the current `N` and `n`."""
+        """`b`, the block size in use: `block_size` if set, else `ceil(N / n)` from the current `N` and `n` (with
+        block-relative positions: else `C`, the position rows the table offers)."""
         if self.block_size is not None:
             return self.block_size
+        if self.block_relative_positions:
+            return self.position_rows
         return math.ceil(self.max_sequence_length / self.num_blocks)
+
+    @property
+    def position_rows(self) -> int:
+        """`C`, the position rows the table offers to real tokens: `max_position_embeddings - pad_token_id - 1` with
+        RoBERTa positions (514 -> 512), `max_position_embeddings` with BERT positions."""
+        return sequence_length(self.max_position_embeddings, self.pad_token_id, self.position_embedding_style)
 
     @classmethod
     def from_dict(cls, config_dict, **kwargs):
@@ -195,6 +222,8 @@ class BlockBertConfig(PreTrainedConfig):
             config_dict["block_size"] = None
         result = super().from_dict(config_dict, **kwargs)
         config = result[0] if isinstance(result, tuple) else result
+        if isinstance(config.heads_per_shift, str):  # a keyword override in the paper's notation, e.g. "6:2"
+            config.heads_per_shift = parse_heads_per_shift(config.heads_per_shift)
         config.check_blockwise_fields()  # keyword overrides are applied after construction
         return result
 
@@ -202,10 +231,20 @@ class BlockBertConfig(PreTrainedConfig):
         self.check_blockwise_fields()
         super().save_pretrained(save_directory, push_to_hub=push_to_hub, **kwargs)
 
+    def to_dict(self) -> dict:
+        output = super().to_dict()
+        if not output.get("block_relative_positions", False):
+            # Off (the default): left out, so that config.json of a model without the option is what it always was.
+            output.pop("block_relative_positions", None)
+        return output
+
     @property
     def max_sequence_length(self) -> int:
-        """`N`, the most tokens one sequence may have (position embeddings minus RoBERTa's reserved rows)."""
-        return sequence_length(self.max_position_embeddings, self.pad_token_id, self.position_embedding_style)
+        """`N`, the most tokens one sequence may have: the position rows the table offers (position embeddings minus
+        RoBERTa's reserved rows), or `num_blocks * block_size` with block-relative positions."""
+        if self.block_relative_positions:
+            return self.num_blocks * self.effective_block_size
+        return self.position_rows
 
     @property
     def head_shifts(self) -> list[int]:
@@ -235,11 +274,13 @@ class BlockBertConfig(PreTrainedConfig):
                 "(The kernel is chosen separately, with attn_implementation='eager' or 'sdpa'.)"
             )
         self._check_fields_defaults_depend_on()
-        if self.max_sequence_length < 1:
+        if self.position_rows < 1:
             raise ValueError(
                 f"max_position_embeddings={self.max_position_embeddings} leaves no room for tokens with "
                 f"position_embedding_style={self.position_embedding_style!r}."
             )
+        if self.block_relative_positions:
+            self._check_block_relative_positions()
         n, b, length = self.num_blocks, self.effective_block_size, self.max_sequence_length
         if b < 1 or n * b < length:
             raise ValueError(
@@ -264,6 +305,23 @@ class BlockBertConfig(PreTrainedConfig):
             raise ValueError(
                 f"sparse_stride={self.sparse_stride} and sparse_expressivity={self.sparse_expressivity} must satisfy "
                 "sparse_stride >= 1 and 0 <= sparse_expressivity <= sparse_stride."
+            )
+
+    def _check_block_relative_positions(self):
+        """Block-relative positions need blocks, and blocks no longer than the position table."""
+        if self.attention_pattern != "blockwise":
+            raise ValueError(
+                f"block_relative_positions=True restarts positions at every block, but attention_pattern="
+                f"{self.attention_pattern!r} has no blocks: use attention_pattern='blockwise' or "
+                "block_relative_positions=False."
+            )
+        rows, b = self.position_rows, self.effective_block_size
+        if b < 1 or b > rows:
+            raise ValueError(
+                f"block_relative_positions=True gives every token of a block its own position, but block_size={b} "
+                f"is {'not positive' if b < 1 else 'more than'} the C = {rows} positions the table offers "
+                f"(max_position_embeddings = {self.max_position_embeddings}, {self.position_embedding_style} "
+                f"positions): use 1 <= block_size <= {rows}, or leave block_size unset to get {rows}."
             )
 
 

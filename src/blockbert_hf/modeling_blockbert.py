@@ -282,12 +282,15 @@ def blockwise_attentions_to_dense(attentions: torch.Tensor, config: BlockBertCon
 
 
 class BlockBertEmbeddings(nn.Module):
-    """Word, position and token type embeddings, with RoBERTa- or BERT-style positions."""
+    """Word, position and token type embeddings, with RoBERTa- or BERT-style positions; with
+    `config.block_relative_positions` the positions made here restart at every block (`block_relative_position_ids`).
+    """
 
     def __init__(self, config):
         super().__init__()
         self.position_embedding_style = config.position_embedding_style
         self.padding_idx = config.pad_token_id
+        self.config = config  # read at every call, like the attention layout: `block_relative_positions`, `b`
         self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
         position_padding_idx = self.padding_idx if self.position_embedding_style == "roberta" else None
@@ -311,7 +314,11 @@ class BlockBertEmbeddings(nn.Module):
         else:
             batch_size, seq_length = inputs_embeds.shape[:2]
 
-        if position_ids is None:
+        block_relative = self.config.block_relative_positions
+        if position_ids is None and block_relative:
+            device = input_ids.device if input_ids is not None else inputs_embeds.device
+            position_ids = self.block_relative_position_ids(input_ids, seq_length, device)
+        elif position_ids is None:
             if self.position_embedding_style == "bert":
                 position_ids = self.position_ids[:, :seq_length]
             elif input_ids is not None:
@@ -321,7 +328,9 @@ class BlockBertEmbeddings(nn.Module):
             else:
                 position_ids = self.position_ids[:, self.padding_idx + 1 : seq_length + self.padding_idx + 1]
 
-        if token_type_ids is None:
+        if token_type_ids is None and block_relative:  # N may exceed the buffer's max_position_embeddings
+            token_type_ids = self.token_type_ids.new_zeros(batch_size, seq_length)
+        elif token_type_ids is None:
             token_type_ids = self.token_type_ids[:, :seq_length].expand(batch_size, seq_length)
 
         if inputs_embeds is None:
@@ -331,6 +340,22 @@ class BlockBertEmbeddings(nn.Module):
         embeddings = self.LayerNorm(embeddings)
         embeddings = self.dropout(embeddings)
         return embeddings
+
+    def block_relative_position_ids(
+        self, input_ids: torch.LongTensor | None, seq_length: int, device=None
+    ) -> torch.LongTensor:
+        """Positions that restart at every block of `b = config.effective_block_size` tokens (docs/attention.md,
+        "Block-relative positions"): the real token at index `t` gets `P + (t mod b)`, with `P = pad_token_id + 1`
+        (RoBERTa) or 0 (BERT). RoBERTa padding (`input_ids == pad_token_id`) keeps `pad_token_id`; BERT positions
+        ignore padding, as they do without the option. Without `input_ids` (`inputs_embeds`) every index counts as a
+        real token. `(batch, seq_length)`, or `(1, seq_length)` where the positions do not depend on `input_ids`."""
+        block_size = self.config.effective_block_size
+        if self.position_embedding_style == "bert" or input_ids is None:
+            first = 0 if self.position_embedding_style == "bert" else self.padding_idx + 1
+            return (torch.arange(seq_length, device=device) % block_size + first)[None, :]
+        is_token = input_ids.ne(self.padding_idx).long()
+        index = torch.cumsum(is_token, dim=1) - 1  # the real token's index t (right padding: real tokens come first)
+        return (index % block_size + 1) * is_token + self.padding_idx
 
 
 def _blocks_of_group(
@@ -820,6 +845,13 @@ def _check_inputs(
         return f"{name} has sequence length 0: every sequence needs at least one token (a tokenizer adds <s> and </s>)."
 
     def too_long_message():
+        if config.block_relative_positions:
+            return (
+                f"The input has L = {seq_len} tokens but this model takes at most N = {max_len} (block-relative "
+                f"positions: N = num_blocks * block_size = {config.num_blocks} * {config.effective_block_size}). "
+                f"Truncate the input (tokenizer(..., truncation=True, max_length={max_len})) or raise N with more "
+                "blocks (from_pretrained(folder, num_blocks=..., heads_per_shift=...))."
+            )
         return (
             f"The input has L = {seq_len} tokens but this model takes at most N = {max_len} "
             f"(max_position_embeddings = {config.max_position_embeddings}, {config.position_embedding_style} "

@@ -442,3 +442,69 @@ def test_verification_refuses_text_its_tokenizer_leaves_unknown(tmp_path, bert_t
     error = capsys.readouterr().err
     assert "--verification_text" in error and "nothing was written" in error
     assert not output.exists()
+
+
+# --- block-relative positions -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("style", ["roberta", "bert"])
+def test_block_relative_positions_keep_the_position_table_and_give_n_equal_to_n_times_b(
+    style, tmp_path, tokenizer, bert_tokenizer_folder
+):
+    """`block_relative_positions=True`: the source's position table is copied as it is (no rows added), b = the
+    source's N unless --block_size is smaller, N = n * b; verification passes."""
+    if style == "roberta":
+        config = RobertaConfig(vocab_size=len(tokenizer), max_position_embeddings=66, pad_token_id=1, **TINY)
+        source = _save(RobertaModel(config), tokenizer, tmp_path / "src")
+    else:
+        source = _bert(BertModel, tmp_path / "src", bert_tokenizer_folder)
+    converted = convert_checkpoint(source, num_blocks=3, heads_per_shift="2:1:1", block_relative_positions=True)
+    config = converted.config
+    assert config.block_relative_positions and config.position_embedding_style == style
+    assert (config.effective_block_size, config.max_sequence_length) == (64, 192)
+    assert not converted.extended
+    old = converted.source_model.embeddings.position_embeddings.weight
+    torch.testing.assert_close(converted.model.embeddings.position_embeddings.weight, old, rtol=0, atol=0)
+    assert converted.tokenizer.model_max_length == 192
+    assert all(check.passed for check in verify_conversion(converted, SENTENCES))
+    with torch.no_grad():
+        assert torch.isfinite(converted.model(torch.randint(5, 500, (1, 192))).last_hidden_state).all()
+    smaller = convert_checkpoint(
+        source, num_blocks=2, heads_per_shift="3:1", block_size=40, block_relative_positions=True
+    ).config
+    assert (smaller.effective_block_size, smaller.max_sequence_length, smaller.max_position_embeddings) == (
+        40,
+        80,
+        old.shape[0],
+    )
+
+
+def test_block_relative_positions_command_line(roberta_mlm, tmp_path, capsys):
+    output = tmp_path / "out"
+    args = [roberta_mlm, output, "--num_blocks", "4", "--heads", "1:1:1:1", "--block_relative_positions"]
+    assert _run_example(args) == 0
+    assert "block-relative positions" in capsys.readouterr().out
+    saved = json.loads((output / "config.json").read_text())
+    assert saved["block_relative_positions"] is True and saved["max_position_embeddings"] == 66
+    assert AutoTokenizer.from_pretrained(output).model_max_length == 256
+    report = json.loads((output / "conversion_report.json").read_text())
+    assert (report["sequence_length"], report["block_relative_positions"], report["extended"]) == (256, True, {})
+    loaded = AutoModelForMaskedLM.from_pretrained(output).eval()
+    assert loaded.config.max_sequence_length == 256
+    with torch.no_grad():
+        assert torch.isfinite(loaded(torch.randint(5, 500, (1, 256))).logits).all()
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["--max_seq_length", "100"], "--max_seq_length 100 with --block_relative_positions: N is num_blocks"),
+        (["--block_size", "65"], "Use 1 <= --block_size <= 64"),
+        (["--attention_pattern", "full"], "attention_pattern='full' has no blocks"),
+    ],
+)
+def test_block_relative_positions_refuse_options_that_do_not_fit(options, message, roberta_mlm, tmp_path, capsys):
+    args = [roberta_mlm, tmp_path / "converted", "--skip_verification", "--block_relative_positions", *options]
+    assert _run_example(args) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "converted").exists()

@@ -5,7 +5,7 @@
 2. **The weights** (`weights`): `convert_checkpoint` builds the matching BlockBERT model and copies the weights tensor
    for tensor: every source tensor must land in exactly one target tensor and every target tensor must receive one,
    otherwise a `ConversionError` lists the keys left over. A longer sequence length `N` fills the new position rows by
-   repeating the source's trained rows.
+   repeating the source's trained rows; with block-relative positions the table is kept as it is and `N = n * b`.
 3. **Verification** (`verification`): `verify_conversion` runs source and target on real text, tokenized by the
    source's own tokenizer.
 4. **Report and saving** (`report`): `conversion_summary` / `format_report` say what was converted and how it

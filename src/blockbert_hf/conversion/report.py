@@ -43,6 +43,7 @@ def conversion_summary(
         "heads_per_shift": config.heads_per_shift,
         "attention_pattern": config.attention_pattern,
         "position_embedding_style": config.position_embedding_style,
+        "block_relative_positions": config.block_relative_positions,
         "hidden_act": config.hidden_act,
         "layer_norm_eps": config.layer_norm_eps,
         "type_vocab_size": config.type_vocab_size,
@@ -82,7 +83,8 @@ def format_report(summary: dict) -> str:
         f"hidden_act {s['hidden_act']}, layer_norm_eps {s['layer_norm_eps']}, type_vocab_size {s['type_vocab_size']}, "
         f"pad id {s['pad_token_id']}",
         f"N: {s['source_sequence_length']} -> {s['sequence_length']}; n = {s['num_blocks']} blocks of "
-        f"b = {s['block_size']}, heads per shift {s['heads_per_shift']}, attention_pattern {s['attention_pattern']}",
+        f"b = {s['block_size']}, heads per shift {s['heads_per_shift']}, attention_pattern {s['attention_pattern']}"
+        + ("; block-relative positions (restart at every block)" if s.get("block_relative_positions") else ""),
         f"tensors: {s['tensors_copied']} copied one to one{extended}",
         f"tokenizer: {s['tokenizer']['class']} from {s['tokenizer']['source']}, {s['tokenizer']['size']:,} tokens",
     ]

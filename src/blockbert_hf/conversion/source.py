@@ -125,12 +125,31 @@ def blockbert_config_from_source(
     heads_per_shift: str | Sequence[int] | None = None,
     attention_pattern: str = "blockwise",
     block_size: int | None = None,
+    block_relative_positions: bool = False,
 ) -> BlockBertConfig:
     """The BlockBERT config of a converted checkpoint: the source's sizes, activation, epsilon, dropout, token types
-    and special ids; RoBERTa or BERT positions; and the blockwise fields asked for."""
+    and special ids; RoBERTa or BERT positions; and the blockwise fields asked for.
+
+    With `block_relative_positions` the source's position table is kept as it is (no rows added): positions restart
+    at every block, `b` is `block_size` (at most the source's N) or the source's N, and `N = n * b`."""
     if num_blocks < 1:
         raise ConversionError(f"--num_blocks must be at least 1, got {num_blocks}.")
     source_length = source_sequence_length(source_config)
+    if block_relative_positions:
+        if block_size is not None and not 1 <= block_size <= source_length:
+            raise ConversionError(
+                f"--block_size {block_size} with --block_relative_positions: every token of a block gets its own "
+                f"position from the source's table, which has {source_length}. Use 1 <= --block_size <= "
+                f"{source_length}, or leave it out to get {source_length}."
+            )
+        blocks_of = source_length if block_size is None else block_size
+        if max_seq_length is not None and max_seq_length != num_blocks * blocks_of:
+            raise ConversionError(
+                f"--max_seq_length {max_seq_length} with --block_relative_positions: N is num_blocks * block_size = "
+                f"{num_blocks} * {blocks_of} = {num_blocks * blocks_of} and the position table is kept as it is. "
+                "Leave --max_seq_length out and choose N with --num_blocks (and --block_size)."
+            )
+        max_seq_length = None  # the table stays the source's
     length = source_length if max_seq_length is None else max_seq_length
     if length < source_length:
         raise ConversionError(
@@ -175,6 +194,7 @@ def blockbert_config_from_source(
         heads_per_shift=heads_per_shift,
         attention_pattern=attention_pattern,
         position_embedding_style=style,
+        block_relative_positions=block_relative_positions,
     )
     try:
         return BlockBertConfig(**fields)

@@ -3,7 +3,8 @@
 Every source tensor must land in exactly one target tensor and every target tensor must receive one, otherwise a
 `ConversionError` lists the keys left over. BlockBERT keeps RoBERTa's parameter names, so RoBERTa keys map to
 themselves; BERT's `bert.*` becomes `roberta.*` and BERT's MLM head (`cls.predictions.*`) becomes `lm_head.*`. A longer
-sequence length `N` fills the new position rows by repeating the source's trained rows (as Longformer did).
+sequence length `N` fills the new position rows by repeating the source's trained rows (as Longformer did); with
+block-relative positions the table is copied as it is.
 """
 
 import math
@@ -123,6 +124,7 @@ def convert_checkpoint(
     max_seq_length: int | None = None,
     attention_pattern: str = "blockwise",
     block_size: int | None = None,
+    block_relative_positions: bool = False,
     target_class: str = "auto",
     drop_source_keys: Sequence[str] = (),
     source_architecture: str | None = None,
@@ -137,6 +139,8 @@ def convert_checkpoint(
     next-sentence head, `bert.pooler.` when the target has no pooler). Any other leftover is an error.
     `tokenizer_name_or_path`: the checkpoint's tokenizer, where the source folder has none (see
     `load_source_tokenizer`); it is used for verification and saved with the model.
+    `block_relative_positions`: positions restart at every block; the source's position table is copied as it is (no
+    rows added) and `N = n * b` (see `blockbert_config_from_source`).
     """
     source_config = load_source_config(source)
     source_class, has_mlm_head, architecture = resolve_source_architecture(source_config, source_architecture)
@@ -153,6 +157,7 @@ def convert_checkpoint(
         heads_per_shift=heads_per_shift,
         attention_pattern=attention_pattern,
         block_size=block_size,
+        block_relative_positions=block_relative_positions,
     )
 
     tokenizer = load_source_tokenizer(source, tokenizer_name_or_path)
