@@ -19,6 +19,7 @@ from transformers import AutoConfig, AutoTokenizer
 
 from . import modeling_blockbert
 from .configuration_blockbert import BlockBertConfig
+from .pipeline_question_answering import model_window_layout, tokenize_windows
 from .saving import atomic_directory, open_text
 from .tokenization import TOKENIZER_FILES, missing_tokenizer_files
 
@@ -267,7 +268,8 @@ def verification_batches(config: BlockBertConfig, tokenizer, text: str, lengths)
     (`VERIFICATION_QUESTION` first, the context cut to fit: token types 0 then 1 with a BERT tokenizer), padded on the
     right to the length. The context is `text` repeated until it fills N tokens, so the first pair holds real text
     in every block; the second holds about half as many tokens. Lengths too short for the question take the context
-    alone."""
+    alone. A model fine-tuned on the `"question_prefixed_blocks"` window layout (`config.question_answering`) gets
+    windows of that layout: the question at the start of every block."""
     if not text.strip():
         raise ValueError("The verification text is empty: give real text (e.g. a paragraph of the training data).")
     text_tokens = len(tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -276,11 +278,17 @@ def verification_batches(config: BlockBertConfig, tokenizer, text: str, lengths)
     context = " ".join([text.strip()] * (config.max_sequence_length // text_tokens + 2))
     question_tokens = len(tokenizer(VERIFICATION_QUESTION, add_special_tokens=False)["input_ids"])
     pair_minimum = question_tokens + tokenizer.num_special_tokens_to_add(pair=True) + 1
+    layout, block_size = model_window_layout(config)
     batches = {}
     for length in lengths:
         rows = []
         for row_length in (length, max(length // 2, min(length, pair_minimum))):
-            if row_length >= pair_minimum:
+            if row_length >= pair_minimum and block_size is not None:
+                windows = tokenize_windows(
+                    tokenizer, [VERIFICATION_QUESTION], [context], row_length, 0, layout=layout, block_size=block_size
+                )
+                row = {name: windows[name][0] for name in tokenizer.model_input_names if name in windows}
+            elif row_length >= pair_minimum:
                 row = tokenizer(VERIFICATION_QUESTION, context, truncation="only_second", max_length=row_length)
             else:
                 row = tokenizer(context, truncation=True, max_length=row_length)

@@ -361,6 +361,8 @@ def qa_model_card(config, model_config, accelerator, results: Mapping, training_
         "num_epochs": results.get("num_epochs"),
         "max_seq_length": results.get("max_seq_length"),
         "doc_stride": results.get("doc_stride"),
+        "negative_window_rate": config.negative_window_rate,
+        "window_scoring": results.get("window_scoring"),
         "version_2_with_negative": results.get("version_2_with_negative"),
         "mixed_precision": accelerator.mixed_precision,
         "seed": config.seed,

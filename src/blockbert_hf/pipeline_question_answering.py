@@ -17,6 +17,13 @@
 The context is cut into windows of at most `max_seq_len` tokens (the question, then as much context as fits) that
 overlap by `doc_stride` tokens, using the fast tokenizer's overflowing tokens and offset mapping; every window goes
 through the model, and the best span over all windows is returned in character offsets of the original context.
+Spans of different windows are compared on `window_scoring`: by default each span's score relative to the null
+("no answer") score of its own window, which stays comparable across windows of a long document (Alberti et al.,
+2019); `"raw"` compares raw start + end logits.
+
+`window_layout` says how a window is laid out: `"question_first"` (above: `[CLS] question [SEP] context [SEP]`) or
+`"question_prefixed_blocks"`, for blockwise models such as BlockBERT: a window of `n` blocks of `b` tokens, each block
+the tokenizer's own pair input `[CLS] question [SEP] context-chunk [SEP]`, so that every block reads the question.
 
 Answers are whole characters as a reader sees them: a span is widened to whole grapheme clusters (a letter and its
 combining accents, an emoji sequence), and a whitespace-only span is never an answer.
@@ -47,6 +54,15 @@ from transformers.utils import logging
 logger = logging.get_logger(__name__)
 
 DEFAULT_DOC_STRIDE = 128
+# How spans of different windows are compared (see `rank_answers`); a fine-tuned model records the rule it was trained
+# for in `config.question_answering["window_scoring"]`, which the pipeline then uses by default.
+WINDOW_SCORING_RULES = ("null_relative", "raw")
+DEFAULT_WINDOW_SCORING = "null_relative"
+QA_SETTINGS_ATTRIBUTE = "question_answering"
+# How a window is laid out (see `tokenize_windows`); a fine-tuned model records the layout it was trained on in
+# `config.question_answering["window_layout"]` (with `"block_size"`), which the pipeline then uses by default.
+WINDOW_LAYOUTS = ("question_first", "question_prefixed_blocks")
+DEFAULT_WINDOW_LAYOUT = "question_first"
 # Tokenizers without a recorded length report a huge model_max_length; such a value is no limit.
 _NO_LENGTH_LIMIT = 1_000_000
 
@@ -89,18 +105,22 @@ def best_window_spans(
 ) -> list[tuple[float, int, int]]:
     """The `n_best` highest-scoring spans of one window as `(start_logit + end_logit, char_start, char_end)`.
 
-    A span starts and ends on context tokens, has `end >= start`, at most `max_answer_len` tokens and a non-empty
-    character span. `answer_span(char_start, char_end)`, when given, turns a token span's characters into the
-    answer's (`rank_answers` widens them to whole grapheme clusters), or returns None to skip the span; spans that
-    give the same answer count once. Exact: every `(start, length)` pair is scored, `O(window length *
-    max_answer_len)`.
+    A span starts and ends on context tokens, has `end >= start`, at most `max_answer_len` context tokens and a
+    non-empty character span. Lengths count context tokens only, so a span of the `"question_prefixed_blocks"` layout
+    that runs from one block's context into the next is not made longer by the question between them.
+    `answer_span(char_start, char_end)`, when given, turns a token span's characters into the answer's
+    (`rank_answers` widens them to whole grapheme clusters), or returns None to skip the span; spans that give the
+    same answer count once. Exact: every `(start, length)` pair is scored, `O(window length * max_answer_len)`.
     """
-    length = len(window.offsets)
-    is_context = np.array([offset is not None for offset in window.offsets], dtype=bool)
-    start = np.where(is_context, np.asarray(window.start_logits[:length], dtype=np.float64), -np.inf)
-    end = np.where(is_context, np.asarray(window.end_logits[:length], dtype=np.float64), -np.inf)
+    # The context tokens in window order: a span is `context[i]` to `context[i + l]`.
+    context = np.array([index for index, offset in enumerate(window.offsets) if offset is not None], dtype=np.int64)
+    length = len(context)
+    if length == 0:
+        return []
+    start = np.asarray(window.start_logits, dtype=np.float64)[context]
+    end = np.asarray(window.end_logits, dtype=np.float64)[context]
     span_lengths = min(max_answer_len, length)
-    # scores[l, i]: the span from token i to token i + l.
+    # scores[l, i]: the span from context token i to context token i + l.
     scores = np.full((span_lengths, length), -np.inf)
     for extra in range(span_lengths):
         scores[extra, : length - extra] = start[: length - extra] + end[extra:]
@@ -110,7 +130,7 @@ def best_window_spans(
     # Best first, until n_best spans are kept (some are skipped: empty, whitespace-only, or seen already).
     for flat_index in valid[np.argsort(-flat[valid], kind="stable")]:
         extra, first = divmod(int(flat_index), length)
-        span = (window.offsets[first][0], window.offsets[first + extra][1])
+        span = (window.offsets[context[first]][0], window.offsets[context[first + extra]][1])
         if answer_span is not None and span[1] > span[0]:
             span = answer_span(*span)
         if span is None or span[1] <= span[0] or span in seen:
@@ -135,6 +155,67 @@ def whole_character_spans(context: str) -> Callable[[int, int], tuple[int, int] 
     return answer_span
 
 
+def check_window_scoring(window_scoring: str) -> str:
+    """`window_scoring` if it names a rule of `WINDOW_SCORING_RULES`, else a `ValueError` listing them."""
+    if window_scoring not in WINDOW_SCORING_RULES:
+        raise ValueError(
+            f"window_scoring={window_scoring!r} is unknown: use one of {WINDOW_SCORING_RULES} ('null_relative': "
+            "spans scored against their own window's null score; 'raw': raw start + end logits)."
+        )
+    return window_scoring
+
+
+def qa_settings(config) -> dict:
+    """What a model config records about question answering (`config.question_answering`, e.g. the window scoring
+    rule it was fine-tuned for), or an empty dict."""
+    settings = getattr(config, QA_SETTINGS_ATTRIBUTE, None)
+    return dict(settings) if isinstance(settings, dict) else {}
+
+
+def model_window_scoring(config) -> str:
+    """The window scoring rule a model was fine-tuned for (`config.question_answering`), else the default."""
+    return check_window_scoring(qa_settings(config).get("window_scoring", DEFAULT_WINDOW_SCORING))
+
+
+def check_window_layout(window_layout: str) -> str:
+    """`window_layout` if it names a layout of `WINDOW_LAYOUTS`, else a `ValueError` listing them."""
+    if window_layout not in WINDOW_LAYOUTS:
+        raise ValueError(
+            f"window_layout={window_layout!r} is unknown: use one of {WINDOW_LAYOUTS} ('question_first': the "
+            "question, then the context; 'question_prefixed_blocks': every block of b tokens holds the question, then "
+            "its chunk of the context)."
+        )
+    return window_layout
+
+
+def resolve_window_layout(config, window_layout: str | None = None) -> tuple[str, int | None]:
+    """`(layout, block_size)` for a model: `window_layout`, else the layout the model was fine-tuned on
+    (`config.question_answering["window_layout"]`), else `"question_first"`. The block size is None for
+    `"question_first"`; for `"question_prefixed_blocks"` it is the model's block size (`config.effective_block_size`
+    of a BlockBERT model), else `config.question_answering["block_size"]`, else a `ValueError`."""
+    layout = check_window_layout(window_layout or qa_settings(config).get("window_layout", DEFAULT_WINDOW_LAYOUT))
+    if layout == DEFAULT_WINDOW_LAYOUT:
+        return layout, None
+    block_size = getattr(config, "effective_block_size", None) or qa_settings(config).get("block_size")
+    if block_size is None:
+        raise ValueError(
+            f"window_layout={layout!r} cuts windows into blocks, but the model records no block size: it is not a "
+            "BlockBERT model (config.effective_block_size) and config.question_answering has no 'block_size'. Set "
+            "config.question_answering['block_size'], or use window_layout='question_first'."
+        )
+    return layout, _checked_block_size(block_size)
+
+
+def model_window_layout(config) -> tuple[str, int | None]:
+    """The window layout a model was fine-tuned on, and its block size (None for `"question_first"`): see
+    `resolve_window_layout`."""
+    return resolve_window_layout(config)
+
+
+def _null_score(window: WindowLogits) -> float:
+    return float(window.start_logits[window.null_index]) + float(window.end_logits[window.null_index])
+
+
 def rank_answers(
     windows: Sequence[WindowLogits],
     context: str,
@@ -143,34 +224,42 @@ def rank_answers(
     max_answer_len: int = 15,
     handle_impossible_answer: bool = False,
     null_score_diff_threshold: float = 0.0,
+    window_scoring: str = DEFAULT_WINDOW_SCORING,
 ) -> RankedAnswers:
     """Ranks the answers of one question over all windows of its context.
 
-    Span scores are `start_logit + end_logit` (comparable across windows, as in BERT's SQuAD code); a span seen in
-    several overlapping windows keeps its best score. Spans are widened to whole grapheme clusters and whitespace-only
-    ones are skipped (`whole_character_spans`), so an answer never splits what a reader sees as one character.
-    With `handle_impossible_answer`, the null answer scores the lowest `start + end` logit of the null token over the
-    windows (BERT's SQuAD 2.0 rule), minus `null_score_diff_threshold`: the null answer wins only when it beats the
-    best span by more than the threshold.
+    A span's score in its window is `start_logit + end_logit`. How windows are compared is `window_scoring`:
+    - `"null_relative"` (default): the span's score minus its window's null score (`start + end` logit of the null
+      token), as in the BERT baseline for Natural Questions (Alberti et al., 2019). A model trained with windows
+      that do not hold the answer labelled null learns to put a high null score on them, so a span from such a
+      window ranks low even where its raw logits are high; raw logits alone are not calibrated across windows.
+    - `"raw"`: the raw `start + end` logits (BERT's SQuAD code), fine when the context fits in one window.
+    A span seen in several overlapping windows keeps its best score. Spans are widened to whole grapheme clusters and
+    whitespace-only ones are skipped (`whole_character_spans`), so an answer never splits what a reader sees as one
+    character.
+    With `handle_impossible_answer` (SQuAD 2.0), the null answer competes with the spans, minus
+    `null_score_diff_threshold` (it wins only when it beats the best span by more than the threshold). Its score is
+    0 under `"null_relative"` (the null answer wins when, in every window, the null token beats that window's best
+    span by more than the threshold), and the lowest null score over the windows under `"raw"` (BERT's SQuAD 2.0
+    rule).
     `score` is the softmax of these scores over the returned n-best list (so the scores sum to 1).
     """
     if not windows:
         raise ValueError("rank_answers needs at least one window.")
     if max_answer_len < 1 or n_best < 1:
         raise ValueError(f"max_answer_len ({max_answer_len}) and n_best ({n_best}) must be at least 1.")
+    relative = check_window_scoring(window_scoring) == "null_relative"
     best_by_span: dict[tuple[int, int], float] = {}
     answer_span = whole_character_spans(context)
     for window in windows:
+        offset = _null_score(window) if relative else 0.0
         for score, char_start, char_end in best_window_spans(window, max_answer_len, n_best, answer_span):
-            if score > best_by_span.get((char_start, char_end), -np.inf):
-                best_by_span[(char_start, char_end)] = score
+            if score - offset > best_by_span.get((char_start, char_end), -np.inf):
+                best_by_span[(char_start, char_end)] = score - offset
     candidates = sorted(((score, start, end) for (start, end), score in best_by_span.items()), reverse=True)
     entries = [(score, start, end, context[start:end]) for score, start, end in candidates[:n_best]]
     if handle_impossible_answer:
-        null_score = min(
-            float(window.start_logits[window.null_index]) + float(window.end_logits[window.null_index])
-            for window in windows
-        )
+        null_score = 0.0 if relative else min(_null_score(window) for window in windows)
         entries.append((null_score - null_score_diff_threshold, 0, 0, ""))
         entries.sort(key=lambda entry: entry[0], reverse=True)
     if not entries:
@@ -202,6 +291,42 @@ def context_offsets(offset_mapping, sequence_ids, context_sequence_id: int = 1) 
     ]
 
 
+def _checked_block_size(block_size) -> int:
+    if isinstance(block_size, (bool, np.bool_)) or not isinstance(block_size, numbers.Integral) or block_size < 1:
+        raise ValueError(f"block_size must be a positive integer (b, tokens per block), got {block_size!r}.")
+    return int(block_size)
+
+
+def _check_window_geometry(layout: str, max_seq_len: int, block_size) -> int | None:
+    """The checked block size of `layout` (None for `"question_first"`), or a `ValueError` when `max_seq_len` and
+    `block_size` do not make windows."""
+    check_window_layout(layout)
+    if isinstance(max_seq_len, (bool, np.bool_)) or not isinstance(max_seq_len, numbers.Integral) or max_seq_len < 1:
+        raise ValueError(f"max_seq_len must be a positive integer, got {max_seq_len!r}.")
+    if layout == DEFAULT_WINDOW_LAYOUT:
+        return None
+    if block_size is None:
+        raise ValueError(
+            f"window_layout={layout!r} needs block_size, the model's block size b (config.effective_block_size of a "
+            "BlockBERT model): windows are cut into blocks of b tokens."
+        )
+    return _checked_block_size(block_size)
+
+
+def block_rooms(max_seq_len: int, block_size: int, question_tokens: int, special_tokens: int) -> list[int]:
+    """The context tokens each block of a `"question_prefixed_blocks"` window has room for: blocks of `block_size`
+    tokens, the last one of what is left of `max_seq_len` (all of it when `max_seq_len < block_size`), each holding
+    the question and the pair's special tokens. A last, shorter block with no room for a context token is left out.
+    A first entry below 1 means the question does not fit in a block."""
+    lengths = [block_size] * (max_seq_len // block_size)
+    if max_seq_len % block_size:
+        lengths.append(max_seq_len % block_size)
+    rooms = [length - question_tokens - special_tokens for length in lengths]
+    if len(rooms) > 1 and rooms[-1] < 1:
+        rooms.pop()
+    return rooms
+
+
 def check_questions_fit(
     tokenizer,
     questions: Sequence[str],
@@ -209,13 +334,21 @@ def check_questions_fit(
     doc_stride: int,
     question_ids: Sequence[str] | None = None,
     source: str = "the data",
+    *,
+    layout: str = DEFAULT_WINDOW_LAYOUT,
+    block_size: int | None = None,
 ) -> None:
     """Raises a `ValueError` when a question leaves no more context room per window than `doc_stride` (the overlap
-    between windows; the tokenizers library panics instead of raising). With `question_ids`, the error names the
+    between windows; the tokenizers library panics instead of raising), or, with the `"question_prefixed_blocks"`
+    layout, no room for a context token in a block of `block_size` tokens. With `question_ids`, the error names the
     questions that are too long."""
+    block_size = _check_window_geometry(layout, max_seq_len, block_size)
     if not questions:
         return
     lengths = [len(ids) for ids in tokenizer(list(questions), add_special_tokens=False)["input_ids"]]
+    if block_size is not None:
+        _check_block_questions_fit(tokenizer, lengths, max_seq_len, block_size, doc_stride, question_ids, source)
+        return
     rooms = [max_seq_len - length - tokenizer.num_special_tokens_to_add(pair=True) for length in lengths]
     too_long = [index for index, room in enumerate(rooms) if room <= doc_stride]
     if not too_long:
@@ -226,10 +359,88 @@ def check_questions_fit(
         f"exceed doc_stride = {doc_stride} (the overlap between windows). Shorten the question, lower doc_stride, or "
         "use a model with a longer sequence length N."
     )
+    _raise_too_long(too_long, message, question_ids, source)
+
+
+def _raise_too_long(too_long: list[int], message: str, question_ids, source: str) -> None:
     if question_ids is None:
         raise ValueError(f"The question {message}")
     ids = [question_ids[index] for index in too_long]
     raise ValueError(f"{len(ids)} question(s) are too long (ids {ids[:5]}). Question {ids[0]!r} of {source} {message}")
+
+
+def _check_block_questions_fit(tokenizer, lengths, max_seq_len, block_size, doc_stride, question_ids, source) -> None:
+    """`check_questions_fit` for the `"question_prefixed_blocks"` layout (question lengths in tokens)."""
+    special = pair_template(tokenizer).num_special_tokens
+    rooms = [block_rooms(max_seq_len, block_size, length, special) for length in lengths]
+    too_long = [index for index, room in enumerate(rooms) if room[0] < 1]
+    if too_long:
+        index = too_long[0]
+        block_length = min(block_size, max_seq_len)
+        message = (
+            f"leaves room for only {max(rooms[index][0], 0)} context tokens in a block of {block_length} tokens "
+            f"(block_size = {block_size}; with window_layout='question_prefixed_blocks' every block holds the "
+            f"question, {lengths[index]} tokens, and {special} special tokens). Shorten the question or use larger "
+            "blocks (a model with a larger block size b)."
+        )
+        _raise_too_long(too_long, message, question_ids, source)
+    too_long = [index for index, room in enumerate(rooms) if sum(room) <= doc_stride]
+    if too_long:
+        index = too_long[0]
+        message = (
+            f"leaves room for only {sum(rooms[index])} context tokens in a window of max_seq_len = {max_seq_len} "
+            f"tokens ({len(rooms[index])} block(s) of block_size = {block_size}, each holding the question and "
+            f"{special} special tokens), which must exceed doc_stride = {doc_stride} (the overlap between windows). "
+            "Shorten the question, lower doc_stride, or use larger blocks."
+        )
+        _raise_too_long(too_long, message, question_ids, source)
+
+
+@dataclass(frozen=True)
+class PairTemplate:
+    """The tokenizer's own layout of a (question, context) pair, e.g. RoBERTa's `<s> A </s></s> B </s>` or BERT's
+    `[CLS] A [SEP] B [SEP]`: `pieces` in order, each `(sequence, token_id, token_type)` where `sequence` is 0 (the
+    question's tokens go here), 1 (the context's) or None (the special token `token_id`)."""
+
+    pieces: tuple[tuple[int | None, int | None, int], ...]
+
+    @property
+    def num_special_tokens(self) -> int:
+        return sum(sequence is None for sequence, _, _ in self.pieces)
+
+    def build(self, question_ids: Sequence[int], context_ids: Sequence[int]) -> tuple[list[int], list[int], list]:
+        """`(input_ids, token_type_ids, sequence_ids)` of the pair, as the tokenizer would make them from these ids."""
+        input_ids, token_type_ids, sequence_ids = [], [], []
+        for sequence, token_id, token_type in self.pieces:
+            ids = [token_id] if sequence is None else list(question_ids if sequence == 0 else context_ids)
+            input_ids.extend(ids)
+            token_type_ids.extend([token_type] * len(ids))
+            sequence_ids.extend([sequence] * len(ids))
+        return input_ids, token_type_ids, sequence_ids
+
+
+# Two short texts that every tokenizer turns into at least one token each, to read its pair template from.
+_TEMPLATE_TEXTS = ("a", "b")
+
+
+def pair_template(tokenizer) -> PairTemplate:
+    """The tokenizer's pair template, read from its encoding of two placeholder texts (fast tokenizers of
+    transformers 5 have no `build_inputs_with_special_tokens`): the special tokens and token types around each
+    sequence."""
+    encoded = tokenizer(*_TEMPLATE_TEXTS, return_token_type_ids=True)
+    sequence_ids = encoded.sequence_ids(0)
+    pieces = []
+    for token_id, token_type, sequence in zip(encoded["input_ids"], encoded["token_type_ids"], sequence_ids):
+        if sequence is None:
+            pieces.append((None, int(token_id), int(token_type)))
+        elif not pieces or pieces[-1][0] != sequence:
+            pieces.append((sequence, None, int(token_type)))
+    if sorted(sequence for sequence, _, _ in pieces if sequence is not None) != [0, 1]:
+        raise ValueError(
+            f"Cannot read the pair template of {type(tokenizer).__name__}: encoding {_TEMPLATE_TEXTS} gave the "
+            f"sequence ids {sequence_ids}, not one run of tokens for each text."
+        )
+    return PairTemplate(tuple(pieces))
 
 
 def tokenize_windows(
@@ -239,20 +450,35 @@ def tokenize_windows(
     max_seq_len: int,
     doc_stride: int,
     question_ids: Sequence[str] | None = None,
+    layout: str = DEFAULT_WINDOW_LAYOUT,
+    block_size: int | None = None,
 ) -> dict[str, list]:
-    """Cuts each (question, context) pair into windows of at most `max_seq_len` tokens: the question, then as much
-    context as fits, consecutive windows overlapping by `doc_stride` context tokens. No padding.
+    """Cuts each (question, context) pair into windows of at most `max_seq_len` tokens, consecutive windows
+    overlapping by `doc_stride` context tokens. No padding. `layout`:
+    - `"question_first"` (default): the question, then as much context as fits (the tokenizer's overflowing tokens);
+    - `"question_prefixed_blocks"` (needs `block_size`, b): blocks of b tokens, each the tokenizer's pair template
+      around the question and the next chunk of the context (RoBERTa: `<s> question </s></s> chunk </s>`), so every
+      block is an input the encoder was trained on. Every block of a window is full but its last (the last window of
+      a context may be shorter); the last block of `max_seq_len` is shorter when `max_seq_len` is not a multiple of
+      b, and left out when too short for the question and a context token. The question is repeated in every block,
+      its tokens are never answers.
 
     Returns one entry per window under each key:
     - the model inputs the tokenizer makes (`tokenizer.model_input_names`, e.g. `input_ids`, `attention_mask`);
     - `sample_index`: which pair the window comes from (its position in `questions`);
     - `offsets`: the `(start, end)` character span of each token in its context, None for other tokens;
-    - `null_index`: the token whose logits score "no answer" (the CLS token, else the first).
+    - `null_index`: the token whose logits score "no answer" (the CLS token, else the first; in the prefixed layout
+      the first block's).
     Questions lose their leading spaces (they only waste window room). Raises `check_questions_fit`'s error for a
-    question that is too long (named by `question_ids` when given).
+    question that is too long (named by `question_ids` when given), and a `ValueError` for an unknown layout or a
+    missing or bad `block_size`.
     """
     questions = [question.lstrip() for question in questions]
-    check_questions_fit(tokenizer, questions, max_seq_len, doc_stride, question_ids)
+    check_questions_fit(
+        tokenizer, questions, max_seq_len, doc_stride, question_ids, layout=layout, block_size=block_size
+    )
+    if layout == "question_prefixed_blocks":
+        return _prefixed_block_windows(tokenizer, questions, list(contexts), max_seq_len, doc_stride, int(block_size))
     encoded = tokenizer(
         questions,
         list(contexts),
@@ -273,6 +499,49 @@ def tokenize_windows(
         input_ids.index(cls_id) if cls_id is not None and cls_id in input_ids else 0
         for input_ids in encoded["input_ids"]
     ]
+    return windows
+
+
+def _prefixed_block_windows(tokenizer, questions, contexts, max_seq_len, doc_stride, block_size) -> dict[str, list]:
+    """`tokenize_windows` for the `"question_prefixed_blocks"` layout (arguments checked)."""
+    template = pair_template(tokenizer)
+    # verbose=False: whole contexts are longer than the model takes, which is what the windows are for.
+    question_tokens = tokenizer(questions, add_special_tokens=False, verbose=False)["input_ids"]
+    context_tokens = tokenizer(contexts, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
+    names = [name for name in tokenizer.model_input_names if name in ("input_ids", "token_type_ids", "attention_mask")]
+    windows = {name: [] for name in [*names, "sample_index", "offsets", "null_index"]}
+    cls_id = tokenizer.cls_token_id
+    for sample, (question, context_ids, context_offsets) in enumerate(
+        zip(question_tokens, context_tokens["input_ids"], context_tokens["offset_mapping"])
+    ):
+        rooms = block_rooms(max_seq_len, block_size, len(question), template.num_special_tokens)
+        window_start = 0
+        while True:
+            window_end = min(window_start + sum(rooms), len(context_ids))
+            input_ids, token_type_ids, offsets = [], [], []
+            chunk_start = window_start
+            for room in rooms:
+                chunk_end = min(chunk_start + room, window_end)
+                block_ids, block_types, sequence_ids = template.build(question, context_ids[chunk_start:chunk_end])
+                chunk_offsets = iter(context_offsets[chunk_start:chunk_end])
+                input_ids.extend(block_ids)
+                token_type_ids.extend(block_types)
+                offsets.extend(
+                    tuple(int(value) for value in next(chunk_offsets)) if sequence == 1 else None
+                    for sequence in sequence_ids
+                )
+                chunk_start = chunk_end
+                if chunk_start >= window_end:
+                    break
+            inputs = {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": [1] * len(input_ids)}
+            for name in names:
+                windows[name].append(inputs[name])
+            windows["sample_index"].append(sample)
+            windows["offsets"].append(offsets)
+            windows["null_index"].append(input_ids.index(cls_id) if cls_id is not None and cls_id in input_ids else 0)
+            if window_end >= len(context_ids):
+                break
+            window_start = window_end - doc_stride
     return windows
 
 
@@ -331,6 +600,11 @@ class ExtractiveQuestionAnsweringPipeline(ChunkPipeline):
         handle_impossible_answer (`bool`, defaults to False): allow the empty answer (SQuAD 2.0).
         null_score_diff_threshold (`float`, defaults to 0.0): how much the null answer must beat the best span by.
         n_best (`int`, defaults to `max(20, top_k)`): candidates kept per window and overall.
+        window_scoring (`str`, defaults to the rule the model was fine-tuned for, else `"null_relative"`): how spans
+            of different windows are compared, `"null_relative"` or `"raw"` (see `rank_answers`).
+        window_layout (`str`, defaults to the layout the model was fine-tuned on, else `"question_first"`): how a
+            window is laid out, `"question_first"` or `"question_prefixed_blocks"` (the question at the start of
+            every block of the model's block size; see `tokenize_windows`).
     `batch_size` batches windows (padded on the right per batch), across questions.
 
     Build it directly for a model object in memory: `ExtractiveQuestionAnsweringPipeline(model=model,
@@ -388,6 +662,8 @@ class ExtractiveQuestionAnsweringPipeline(ChunkPipeline):
         handle_impossible_answer=None,
         null_score_diff_threshold=None,
         n_best=None,
+        window_scoring=None,
+        window_layout=None,
         **kwargs,
     ):
         if kwargs:
@@ -404,6 +680,9 @@ class ExtractiveQuestionAnsweringPipeline(ChunkPipeline):
                     "tokens); pass at most that, or leave max_seq_len unset to use it."
                 )
             preprocess_params["max_seq_len"] = max_seq_len
+        if window_layout is not None:
+            resolve_window_layout(self.model.config, check_window_layout(window_layout))  # a block size is known
+            preprocess_params["window_layout"] = window_layout
         postprocess_params = {}
         if top_k is not None:
             postprocess_params["top_k"] = _checked_int("top_k", top_k, minimum=1)
@@ -425,6 +704,8 @@ class ExtractiveQuestionAnsweringPipeline(ChunkPipeline):
                     f"null_score_diff_threshold must be a finite number, got {null_score_diff_threshold!r}."
                 )
             postprocess_params["null_score_diff_threshold"] = float(null_score_diff_threshold)
+        if window_scoring is not None:
+            postprocess_params["window_scoring"] = check_window_scoring(window_scoring)
         return preprocess_params, {}, postprocess_params
 
     @staticmethod
@@ -438,13 +719,16 @@ class ExtractiveQuestionAnsweringPipeline(ChunkPipeline):
             raise ValueError(f"The context is empty or not a string (question: {question!r:.200}).")
         return question, context
 
-    def preprocess(self, example, doc_stride=None, max_seq_len=None):
+    def preprocess(self, example, doc_stride=None, max_seq_len=None, window_layout=None):
         question, context = self._check_example(example)
+        layout, block_size = resolve_window_layout(self.model.config, window_layout)
         if max_seq_len is None:
             max_seq_len = default_max_seq_len(self.model, self.tokenizer)
         if doc_stride is None:
-            doc_stride = min(DEFAULT_DOC_STRIDE, max_seq_len // 2)
-        windows = tokenize_windows(self.tokenizer, [question], [context], max_seq_len, doc_stride)
+            doc_stride = min(DEFAULT_DOC_STRIDE, self._context_room(question, max_seq_len, block_size) // 2)
+        windows = tokenize_windows(
+            self.tokenizer, [question], [context], max_seq_len, doc_stride, layout=layout, block_size=block_size
+        )
         model_input_names = [name for name in self.tokenizer.model_input_names if name in windows]
         num_windows = len(windows["input_ids"])
         for index in range(num_windows):
@@ -454,6 +738,14 @@ class ExtractiveQuestionAnsweringPipeline(ChunkPipeline):
             )
             window["is_last"] = index == num_windows - 1
             yield window
+
+    def _context_room(self, question: str, max_seq_len: int, block_size: int | None) -> int:
+        """The window length, or with the prefixed layout the context tokens a window holds (at least 0)."""
+        if block_size is None:
+            return max_seq_len
+        question_tokens = len(self.tokenizer(question.lstrip(), add_special_tokens=False)["input_ids"])
+        special_tokens = pair_template(self.tokenizer).num_special_tokens
+        return max(sum(block_rooms(max_seq_len, block_size, question_tokens, special_tokens)), 0)
 
     def _forward(self, inputs):
         window, is_last = inputs.pop("window"), inputs.pop("is_last")
@@ -473,6 +765,7 @@ class ExtractiveQuestionAnsweringPipeline(ChunkPipeline):
         handle_impossible_answer=False,
         null_score_diff_threshold=0.0,
         n_best=None,
+        window_scoring=None,
     ):
         windows = [
             WindowLogits(
@@ -490,21 +783,35 @@ class ExtractiveQuestionAnsweringPipeline(ChunkPipeline):
             max_answer_len=max_answer_len,
             handle_impossible_answer=handle_impossible_answer,
             null_score_diff_threshold=null_score_diff_threshold,
+            window_scoring=window_scoring or model_window_scoring(self.model.config),
         )
         answers = ranked.answers[:top_k]
         return answers[0] if top_k == 1 else answers
 
 
 __all__ = [
+    "DEFAULT_WINDOW_LAYOUT",
+    "DEFAULT_WINDOW_SCORING",
+    "WINDOW_LAYOUTS",
+    "WINDOW_SCORING_RULES",
     "ExtractiveQuestionAnsweringPipeline",
+    "PairTemplate",
     "RankedAnswers",
     "WindowLogits",
     "best_window_spans",
+    "block_rooms",
     "check_questions_fit",
+    "check_window_layout",
+    "check_window_scoring",
     "context_offsets",
     "default_max_seq_len",
     "max_seq_len_limit",
+    "model_window_layout",
+    "model_window_scoring",
+    "pair_template",
+    "qa_settings",
     "rank_answers",
+    "resolve_window_layout",
     "tokenize_windows",
     "whole_character_spans",
 ]

@@ -4,6 +4,7 @@ export"). The default suite runs one configuration per mechanism; the full grid 
 
 import collections
 import contextlib
+import copy
 import io
 import json
 import re
@@ -25,7 +26,7 @@ from blockbert_hf import (
     modeling_blockbert,
 )
 from blockbert_hf import export as blockbert_export
-from blockbert_hf.tokenization import read_text_lines
+from blockbert_hf.tokenization import match_tokenizer_to_config, read_text_lines
 
 
 EXPORTED_CLASSES = [BlockBertModel, BlockBertForMaskedLM, BlockBertForQuestionAnswering]
@@ -417,6 +418,44 @@ def test_export_command_writes_nothing_when_onnx_runtime_disagrees(
     assert load_script("examples/export_onnx.py").main([str(other), str(out)]) == 1
     assert "differs from the eager model" in capsys.readouterr().err
     assert not out.exists() and list(tmp_path.iterdir()) == [other]
+
+
+def test_onnx_export_honours_block_relative_positions(tmp_path, tokenizer):
+    """Block-relative positions (n = 2, b = C = 64, N = 128: twice the position table): the command verifies up to the
+    new N, and ONNX Runtime matches eager below, at and past the table's end, with and without padding."""
+    tokenizer = copy.deepcopy(tokenizer)
+    config = tiny_config(vocab_size=len(tokenizer), block_relative_positions=True)
+    model = make_model(BlockBertForQuestionAnswering, config)
+    assert config.max_sequence_length == 128 and config.max_position_embeddings == 66
+    match_tokenizer_to_config(tokenizer, config)
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    status, printed = run_export_command([tmp_path / "model", tmp_path / "onnx"])
+    assert status == 0, printed
+    assert sorted(int(length) for length in json.loads(printed)["per_length"]) == [2, 63, 64, 65, 127, 128]
+    runner = blockbert_export.OnnxBlockBert(tmp_path / "onnx")
+    assert runner.config.block_relative_positions and runner.config.max_sequence_length == 128
+    differences = max_differences(onnx_runner(tmp_path / "onnx", model.config), model, [1, 64, 65, 128])
+    assert max(differences.values()) < 1e-4, differences
+    with pytest.raises(ValueError, match="L = 129 tokens"):
+        runner(*(x.numpy() for x in random_batch([129], 129)))
+
+
+def test_exported_program_honours_block_relative_bert_positions():
+    """BERT positions and token types with block-relative positions (b = 64, N = 128): one program for every length."""
+    bert_style = dict(position_embedding_style="bert", type_vocab_size=2, max_position_embeddings=64, pad_token_id=0)
+    model = make_model(BlockBertForQuestionAnswering, tiny_config(block_relative_positions=True, **bert_style))
+    with torch.no_grad():
+        model.base_model.embeddings.token_type_embeddings.weight.normal_(0.0, 1.0)
+    program = blockbert_export.export_program(model).module()
+    for length in (1, 64, 65, 128):
+        input_ids, attention_mask = random_batch([length, (length + 1) // 2], length, pad_token_id=0)
+        inputs = dict(input_ids=input_ids, attention_mask=attention_mask)
+        inputs["token_type_ids"] = question_context_types(attention_mask)
+        with torch.no_grad():
+            expected, actual = model(**inputs), program(**inputs)
+        torch.testing.assert_close(actual["start_logits"], expected.start_logits, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(actual["end_logits"], expected.end_logits, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.slow

@@ -27,6 +27,7 @@ from blockbert_hf import BlockBertForQuestionAnswering, pipeline_question_answer
 from blockbert_hf.pipeline_question_answering import (
     ExtractiveQuestionAnsweringPipeline,
     WindowLogits,
+    model_window_scoring,
     rank_answers,
 )
 from blockbert_hf.saving import save_atomically
@@ -277,41 +278,97 @@ def test_left_padding_tokenizers_are_switched_to_right_padding(tokenizer):
         tokenizer.padding_side = "right"
 
 
-def test_rank_answers_merges_windows_and_respects_limits():
-    context = "alpha beta gamma delta epsilon"
-    offsets = [None, (0, 5), (6, 10), (11, 16), (17, 22), (23, 30), None]  # CLS, 5 words, SEP
-    low = np.full(7, -5.0)
+CONTEXT = "alpha beta gamma delta epsilon"
+OFFSETS = [None, (0, 5), (6, 10), (11, 16), (17, 22), (23, 30), None]  # CLS, 5 words, SEP
 
-    def window(starts, ends, null=(0.0, 0.0)):
-        start, end = low.copy(), low.copy()
-        for index, value in starts.items():
-            start[index] = value
-        for index, value in ends.items():
-            end[index] = value
-        start[0], end[0] = null
-        return WindowLogits(start, end, offsets, null_index=0)
 
+def window_logits(starts, ends, null=(0.0, 0.0)):
+    """A window over CONTEXT: -5 everywhere except the given token logits and the null (CLS) token's."""
+    start, end = np.full(7, -5.0), np.full(7, -5.0)
+    for index, value in starts.items():
+        start[index] = value
+    for index, value in ends.items():
+        end[index] = value
+    start[0], end[0] = null
+    return WindowLogits(start, end, OFFSETS, null_index=0)
+
+
+@pytest.mark.parametrize("window_scoring", ["raw", "null_relative"])
+def test_rank_answers_merges_windows_and_respects_limits(window_scoring):
+    """With equal null scores in every window the two rules rank spans alike."""
     # Window 2 holds the best span "gamma delta"; "beta" scores in both windows and is merged.
-    first = window({2: 2.0}, {2: 2.0})
-    second = window({2: 1.0, 3: 4.0}, {2: 1.0, 4: 4.0})
-    ranked = rank_answers([first, second], context, n_best=3, max_answer_len=5)
+    first = window_logits({2: 2.0}, {2: 2.0})
+    second = window_logits({2: 1.0, 3: 4.0}, {2: 1.0, 4: 4.0})
+    ranked = rank_answers([first, second], CONTEXT, n_best=3, max_answer_len=5, window_scoring=window_scoring)
     assert [a["answer"] for a in ranked.answers] == ["gamma delta", "beta gamma delta", "beta"]
     assert abs(sum(a["score"] for a in ranked.answers) - 1.0) < 1e-9 and ranked.null_probability == 0.0
     # max_answer_len = 1 token: only one-word spans
-    ranked = rank_answers([first, second], context, n_best=3, max_answer_len=1)
+    ranked = rank_answers([first, second], CONTEXT, n_best=3, max_answer_len=1, window_scoring=window_scoring)
     assert ranked.answers[0]["answer"] == "beta" and all(" " not in a["answer"] for a in ranked.answers)
-    # Null answer: the lowest null score over windows (here 3.0 + 3.0 = 6.0) against the best span (8.0)
-    strong_null = [window({3: 4.0}, {4: 4.0}, null=(3.0, 3.0)), window({}, {}, null=(5.0, 5.0))]
-    ranked = rank_answers(strong_null, context, handle_impossible_answer=True)
-    assert ranked.answers[0]["answer"] == "gamma delta"
-    null = next(a for a in ranked.answers if a["answer"] == "")
-    assert null["score"] == ranked.null_probability and null["score"] == pytest.approx(
-        np.exp(-2) / (1 + np.exp(-2)), rel=1e-3
-    )
-    ranked = rank_answers(strong_null, context, handle_impossible_answer=True, null_score_diff_threshold=-3.0)
-    assert ranked.answers[0] == {"score": ranked.null_probability, "start": 0, "end": 0, "answer": ""}
     with pytest.raises(ValueError, match="max_answer_len"):
-        rank_answers([first], context, max_answer_len=0)
+        rank_answers([first], CONTEXT, max_answer_len=0, window_scoring=window_scoring)
+
+
+def test_the_raw_rule_answers_from_a_window_without_the_answer_and_the_null_relative_rule_does_not():
+    """A long document: the first window does not hold the answer (the model puts a high null score on it) but has a
+    span with higher raw logits than the answer in the second window, whose null score is low."""
+    without_answer = window_logits({2: 6.0}, {2: 6.0}, null=(8.0, 8.0))  # "beta": raw 12, null 16
+    with_answer = window_logits({4: 4.0}, {4: 4.0}, null=(-3.0, -3.0))  # "delta": raw 8, null -6
+    windows = [without_answer, with_answer]
+    assert rank_answers(windows, CONTEXT, window_scoring="raw").answers[0]["answer"] == "beta"
+    ranked = rank_answers(windows, CONTEXT, window_scoring="null_relative")
+    assert ranked.answers[0]["answer"] == "delta"
+    assert ranked.answers[0]["score"] > 0.99  # 14 against "beta"'s -4 (and other spans lower still)
+    assert rank_answers(windows, CONTEXT).answers[0]["answer"] == "delta"  # the default rule
+    with pytest.raises(ValueError, match="window_scoring='best' is unknown"):
+        rank_answers(windows, CONTEXT, window_scoring="best")
+
+
+def test_the_null_answer_under_each_window_scoring_rule():
+    """Raw: the lowest null score over the windows against the best span. Null-relative: 0 against each span's margin
+    over its own window's null score, so the null answer wins when every window prefers it."""
+    windows = [window_logits({3: 4.0}, {4: 4.0}, null=(3.0, 3.0)), window_logits({}, {}, null=(5.0, 5.0))]
+    # raw: "gamma delta" 8.0 against the null 6.0; null-relative: 8.0 - 6.0 = 2.0 against 0
+    for rule in ("raw", "null_relative"):
+        ranked = rank_answers(windows, CONTEXT, handle_impossible_answer=True, window_scoring=rule)
+        assert ranked.answers[0]["answer"] == "gamma delta"
+        null = next(a for a in ranked.answers if a["answer"] == "")
+        assert null["score"] == ranked.null_probability
+        assert null["score"] == pytest.approx(np.exp(-2) / (1 + np.exp(-2)), rel=1e-3)
+        ranked = rank_answers(
+            windows, CONTEXT, handle_impossible_answer=True, null_score_diff_threshold=-3.0, window_scoring=rule
+        )
+        assert ranked.answers[0] == {"score": ranked.null_probability, "start": 0, "end": 0, "answer": ""}
+    # The raw rule takes the lowest null score of any window; null-relative asks each window about its own spans.
+    weak_span_elsewhere = [window_logits({3: 4.0}, {4: 4.0}, null=(6.0, 6.0)), window_logits({}, {}, null=(1.0, 1.0))]
+    raw = rank_answers(weak_span_elsewhere, CONTEXT, handle_impossible_answer=True, window_scoring="raw")
+    relative = rank_answers(weak_span_elsewhere, CONTEXT, handle_impossible_answer=True)
+    assert raw.answers[0]["answer"] == "gamma delta" and relative.answers[0]["answer"] == ""
+
+
+def test_the_pipeline_scores_windows_with_the_rule_the_model_was_trained_for(tokenizer, markers, monkeypatch):
+    model = planted_model(tokenizer, markers)
+    assert model_window_scoring(model.config) == "null_relative"  # nothing recorded: the default
+    model.config.question_answering = {"window_scoring": "raw"}
+    assert model_window_scoring(model.config) == "raw"
+    used = []
+    original = pipeline_question_answering.rank_answers
+
+    def recording(*args, **kwargs):
+        used.append(kwargs["window_scoring"])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline_question_answering, "rank_answers", recording)
+    qa = ExtractiveQuestionAnsweringPipeline(model=model, tokenizer=tokenizer)
+    inputs = {"question": "Who?", "context": f"{filler(30, tokenizer)}{START_WORD}{END_WORD}."}
+    qa(inputs)
+    qa(inputs, window_scoring="null_relative")
+    assert used == ["raw", "null_relative"]
+    with pytest.raises(ValueError, match="window_scoring='best' is unknown"):
+        qa(inputs, window_scoring="best")
+    model.config.question_answering = {"window_scoring": "best"}
+    with pytest.raises(ValueError, match="window_scoring='best' is unknown"):
+        qa(inputs)
 
 
 def test_answers_are_widened_to_whole_characters_of_decomposed_unicode(tokenizer, markers):

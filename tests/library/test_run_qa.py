@@ -179,6 +179,50 @@ def test_training_windows_label_the_answer_tokens(tokenizer):
     assert exact >= 0.9 * len(found)
 
 
+def _training_windows(tokenizer, examples, **sampling):
+    return examples.map(
+        prepare_train_features,
+        batched=True,
+        remove_columns=examples.column_names,
+        fn_kwargs={"tokenizer": tokenizer, "max_seq_length": 128, "doc_stride": 32, **sampling},
+    )
+
+
+def _windows_by_label(features) -> tuple[list, list]:
+    """(answer windows, null windows) as tuples of their input ids and labels."""
+    rows = list(zip(map(tuple, features["input_ids"]), features["start_positions"], features["end_positions"]))
+    return [row for row in rows if row[1] != 0], [row for row in rows if row[1] == 0]
+
+
+def test_negative_windows_are_sampled_at_the_rate_and_every_answer_window_is_kept(tokenizer):
+    examples = read_squad_json(SQUAD_V1).select(range(60))
+    positives, negatives = _windows_by_label(_training_windows(tokenizer, examples))
+    assert len(negatives) > len(positives)  # long contexts: most windows do not hold the answer
+    for rate in (0.0, 0.3):
+        sampled_positives, sampled = _windows_by_label(
+            _training_windows(tokenizer, examples, negative_window_rate=rate, seed=1)
+        )
+        assert sampled_positives == positives
+        assert set(sampled) <= set(negatives)
+        expected = rate * len(negatives)
+        assert abs(len(sampled) - expected) <= 3 * (expected * (1 - rate)) ** 0.5 + 1e-9
+    # The draw is fixed by the seed: the same seed gives the same windows, another seed others.
+    again = _windows_by_label(_training_windows(tokenizer, examples, negative_window_rate=0.3, seed=1))[1]
+    other = _windows_by_label(_training_windows(tokenizer, examples, negative_window_rate=0.3, seed=2))[1]
+    assert again == sampled and other != sampled
+    # Unanswerable questions (SQuAD 2.0) keep every window: they teach the null answer.
+    unanswerable = read_squad_json(SQUAD_V2).filter(lambda answers: not answers["text"], input_columns="answers")
+    all_windows = _training_windows(tokenizer, unanswerable)
+    assert len(_training_windows(tokenizer, unanswerable, negative_window_rate=0.0)) == len(all_windows) > 0
+    with pytest.raises(ValueError, match="negative_window_rate must be in \\[0, 1\\], got 1.5"):
+        _training_windows(tokenizer, examples, negative_window_rate=1.5)
+
+
+def test_every_seed_and_epoch_gets_its_own_batch_order():
+    seeds = {finetuning.batch_order_seed(seed, epoch) for seed in range(8) for epoch in range(8)}
+    assert len(seeds) == 64
+
+
 def test_questions_longer_than_the_window_are_rejected_before_training(tokenizer):
     dataset = datasets.Dataset.from_dict(
         {
@@ -354,6 +398,20 @@ def test_run_qa_trains_evaluates_and_writes_predictions(trained_run):
     )
     assert metrics["exact_match"] == pytest.approx(recomputed["exact_match"])
     assert metrics["f1"] == pytest.approx(recomputed["f1"]) and metrics["metric_implementation"]
+    # The run's window scoring rule is the default, saved with the model; every rule is scored for comparison.
+    assert metrics["window_scoring"] == "null_relative"
+    assert json.loads((output / "model" / "config.json").read_text())["question_answering"] == {
+        "window_scoring": "null_relative"
+    }
+    by_rule = json.loads((output / "eval_predictions_by_window_scoring.json").read_text())
+    assert set(by_rule) == set(metrics["scores_by_window_scoring"]) == {"raw", "null_relative"}
+    assert by_rule["null_relative"] == predictions
+    for rule, answers in by_rule.items():
+        rescored = SquadMetric(config_name="squad").compute(
+            predictions=[{"id": k, "prediction_text": v} for k, v in answers.items()],
+            references=[{"id": row["id"], "answers": row["answers"]} for row in examples],
+        )
+        assert metrics["scores_by_window_scoring"][rule]["f1"] == pytest.approx(rescored["f1"])
 
 
 def test_the_pipeline_agrees_with_run_qa_predictions(trained_run):
@@ -512,3 +570,53 @@ def test_attention_dropout_can_be_set_for_fine_tuning_and_a_bad_value_stops_befo
         with pytest.raises(ValueError, match=rf"--attention_probs_dropout_prob must be in \[0, 1\), got {bad}"):
             run_qa(changed)
     assert not (tmp_path / "bad").exists()
+
+
+def test_the_window_scoring_rule_is_saved_with_the_model_and_used_by_its_evaluation(tiny_qa_folder, tmp_path):
+    run_qa(
+        _trained_run_config(tiny_qa_folder, tmp_path / "run", do_eval=False, max_train_steps=1, window_scoring="raw")
+    )
+    saved = json.loads((tmp_path / "run" / "model" / "config.json").read_text())
+    assert saved["question_answering"] == {"window_scoring": "raw"}
+    evaluation = _trained_run_config(
+        tmp_path / "run" / "model", tmp_path / "eval", do_train=False, train_file=None, max_eval_samples=4
+    )
+    assert run_qa(evaluation)["window_scoring"] == "raw"
+
+
+@pytest.mark.parametrize(
+    ("option", "bad", "message"),
+    [
+        ("window_scoring", "best", "window_scoring='best' is unknown"),
+        ("negative_window_rate", -0.5, r"--negative_window_rate must be in \[0, 1\], got -0.5"),
+    ],
+)
+def test_bad_sampling_and_scoring_options_stop_before_any_work(
+    tiny_qa_folder, tmp_path, monkeypatch, option, bad, message
+):
+    monkeypatch.setattr(finetuning, "_load_model_and_tokenizer", lambda config: pytest.fail("work started"))
+    with pytest.raises(ValueError, match=message):
+        run_qa(_trained_run_config(tiny_qa_folder, tmp_path / "bad", **{option: bad}))
+    assert not (tmp_path / "bad").exists()
+
+
+def test_evaluation_after_every_epoch_logs_loss_and_scores(tiny_qa_folder, tmp_path):
+    output = tmp_path / "run"
+    config = _trained_run_config(
+        tiny_qa_folder, output, max_train_steps=None, num_train_epochs=2, max_train_samples=24,
+        max_eval_samples=8, eval_strategy="epoch", checkpointing_steps=None,
+    )  # fmt: skip
+    results = run_qa(config)
+    records = [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]
+    evaluations = [record for record in records if "eval_loss" in record]
+    assert [record["epoch"] for record in evaluations] == [0, 1]
+    steps_per_epoch = results["completed_steps"] // 2
+    assert [record["step"] for record in evaluations] == [steps_per_epoch, 2 * steps_per_epoch]
+    assert all(record["eval_loss"] > 0 and 0 <= record["eval_f1"] <= 100 for record in evaluations)
+    final = json.loads((output / "eval_metrics.json").read_text())
+    assert evaluations[-1]["eval_f1"] == final["f1"] and evaluations[-1]["eval_loss"] == final["eval_loss"]
+    assert "Validation loss" in (output / "model" / "README.md").read_text()  # the card's training results
+    with pytest.raises(
+        ValueError, match="--eval_strategy epoch evaluates while training: add --do_train and --do_eval"
+    ):
+        run_qa(_trained_run_config(tiny_qa_folder, tmp_path / "bad", do_eval=False, eval_strategy="epoch"))

@@ -1,6 +1,7 @@
 """Fine-tuning and evaluation of extractive QA models: `run_qa(QARunConfig)`, which `examples/run_qa.py` wires to its
 command line. Checkpoints, exact resume, the metrics log and the guards come from `blockbert_hf.training`."""
 
+import hashlib
 import json
 import math
 import numbers
@@ -22,7 +23,18 @@ from transformers import AutoModelForQuestionAnswering, AutoTokenizer, DataColla
 from transformers.trainer_pt_utils import LengthGroupedSampler
 
 from ..model_card import DEFAULT_LICENSE, qa_model_card, write_model_card
-from ..pipeline_question_answering import default_max_seq_len
+from ..pipeline_question_answering import (
+    DEFAULT_WINDOW_LAYOUT,
+    QA_SETTINGS_ATTRIBUTE,
+    WINDOW_LAYOUTS,
+    WINDOW_SCORING_RULES,
+    check_window_layout,
+    check_window_scoring,
+    default_max_seq_len,
+    model_window_scoring,
+    qa_settings,
+    resolve_window_layout,
+)
 from ..saving import save_atomically, write_json_atomically
 from ..training import (
     METRICS_FILE,
@@ -83,6 +95,29 @@ class QARunConfig:
     # ---- windows and answers
     max_seq_length: int | None = field(default=None, metadata={"help": "tokens per window (None: the model's N)"})
     doc_stride: int = field(default=128, metadata={"help": "overlap between windows"})
+    negative_window_rate: float = field(
+        default=1.0,
+        metadata={
+            "help": "share of the training windows without their question's answer that are kept (labelled null; a "
+            "seeded draw per window); below 1 on long contexts, where most windows hold no answer"
+        },
+    )
+    window_scoring: str | None = field(
+        default=None,
+        metadata={
+            "help": f"how answers of different windows are compared, one of {', '.join(WINDOW_SCORING_RULES)} "
+            "(default: the rule the model was fine-tuned for, else null_relative); saved with a fine-tuned model"
+        },
+    )
+    window_layout: str | None = field(
+        default=None,
+        metadata={
+            "help": f"how a window is laid out, one of {', '.join(WINDOW_LAYOUTS)}: the question then the context, "
+            "or every block of the model's block size b holding the question then its chunk of the context (for "
+            "BlockBERT, best with block_relative_positions); default: the layout the model was fine-tuned on, else "
+            "question_first; saved with a fine-tuned model"
+        },
+    )
     # ---- training
     num_train_epochs: float = 4.0
     max_train_steps: int | None = field(default=None, metadata={"help": "overrides --num_train_epochs"})
@@ -115,6 +150,13 @@ class QARunConfig:
         default=None, metadata={"help": "None: accelerate's configuration"}
     )
     logging_steps: int = 50
+    eval_strategy: Literal["no", "epoch"] = field(
+        default="no",
+        metadata={
+            "help": "epoch: with --do_train --do_eval, also evaluate after every epoch (loss, EM and F1 on the "
+            "validation set go to metrics.jsonl and the model card's training results)"
+        },
+    )
     write_nbest: bool = field(default=False, metadata={"help": "also write eval_nbest_predictions.json"})
     group_by_length: bool = field(
         default=False,
@@ -143,7 +185,12 @@ class QARunConfig:
 # What a QA run writes. Evaluation, logging and checkpoint options may differ when a run resumes.
 QA_OUTPUTS = OutputLayout(
     finished=(MODEL_DIR, "eval_metrics.json"),
-    other=("eval_predictions.json", "eval_null_odds.json", "eval_nbest_predictions.json"),
+    other=(
+        "eval_predictions.json",
+        "eval_predictions_by_window_scoring.json",
+        "eval_null_odds.json",
+        "eval_nbest_predictions.json",
+    ),
     resume_safe=frozenset(
         {
             "output_dir",
@@ -155,8 +202,10 @@ QA_OUTPUTS = OutputLayout(
             "n_best_size",
             "max_answer_length",
             "null_score_diff_threshold",
+            "window_scoring",
             "version_2_with_negative",
             "write_nbest",
+            "eval_strategy",
             "logging_steps",
             "checkpointing_steps",
             "save_total_limit",
@@ -239,14 +288,22 @@ def _training_data(config: QARunConfig, feature_kwargs: dict, data: _QAData, sum
     )
     check_question_lengths(examples["id"], examples["question"], name="the training set", **feature_kwargs)
     data.train_examples = examples
+    sampling = {"negative_window_rate": config.negative_window_rate, "seed": config.seed}
     data.train_features = examples.map(
         prepare_train_features,
         batched=True,
         remove_columns=examples.column_names,
-        fn_kwargs=feature_kwargs,
+        fn_kwargs={**feature_kwargs, **sampling},
         desc="Training windows",
     )
-    summary.update(train_examples=len(examples), train_features=len(data.train_features), answer_alignment=alignment)
+    negatives = sum(start == 0 for start in data.train_features["start_positions"])  # the null token is CLS, token 0
+    summary.update(
+        train_examples=len(examples),
+        train_features=len(data.train_features),
+        train_null_features=negatives,
+        negative_window_rate=config.negative_window_rate,
+        answer_alignment=alignment,
+    )
 
 
 def _evaluation_data(config: QARunConfig, feature_kwargs: dict, data: _QAData, summary: dict) -> None:
@@ -267,6 +324,12 @@ def _evaluation_data(config: QARunConfig, feature_kwargs: dict, data: _QAData, s
     lengths = [len(input_ids) for input_ids in features["input_ids"]]
     data.eval_features = features.select(sorted(range(len(lengths)), key=lambda i: -lengths[i]))
     summary.update(eval_examples=len(examples), eval_features=len(data.eval_features))
+
+
+def batch_order_seed(seed: int, epoch: int) -> int:
+    """The seed of the batch order of one epoch: distinct for every (seed, epoch) pair, so that no two seeds of a
+    recipe share an epoch's order (`seed + epoch` would give seed 1's first epoch the order of seed 0's second)."""
+    return int.from_bytes(hashlib.sha256(f"batch-order:{seed}:{epoch}".encode()).digest()[:8], "big")
 
 
 def _train_dataloader(config: QARunConfig, features: datasets.Dataset, collator) -> tuple[DataLoader, torch.Generator]:
@@ -321,8 +384,9 @@ def _set_up_training(config: QARunConfig, accelerator: Accelerator, model, datal
     )  # fmt: skip
 
 
-def _train(training: _Training, resume_from: Path | None, summary: dict) -> None:
-    """The training loop: resumes where `resume_from` stopped, stops at `max_train_steps` (checked before a step)."""
+def _train(training: _Training, resume_from: Path | None, summary: dict, after_epoch=None) -> None:
+    """The training loop: resumes where `resume_from` stopped, stops at `max_train_steps` (checked before a step).
+    `after_epoch(epoch)`, when given, runs after every epoch but the last (an evaluation)."""
     config, accelerator = training.config, training.accelerator
     state = load_checkpoint(accelerator, resume_from) if resume_from is not None else None
     training.completed_steps = state["step"] if state is not None else 0
@@ -349,12 +413,14 @@ def _train(training: _Training, resume_from: Path | None, summary: dict) -> None
         if training.completed_steps >= training.max_train_steps:
             break
         training.model.train()
-        training.generator.manual_seed(config.seed + epoch)
+        training.generator.manual_seed(batch_order_seed(config.seed, epoch))
         batches = training.dataloader
         if epoch == first_epoch and steps_into_epoch:
             skip = steps_into_epoch * config.gradient_accumulation_steps
             batches = accelerator.skip_first_batches(training.dataloader, skip)
         _train_epoch(training, epoch, batches, bar)
+        if after_epoch is not None and training.completed_steps < training.max_train_steps:
+            after_epoch(epoch)
         if config.checkpointing_steps == "epoch":
             _save(training, epoch)
     bar.close()
@@ -433,64 +499,118 @@ def _write_model_card(config: QARunConfig, accelerator: Accelerator, model_confi
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def _eval_loop(accelerator, model, dataloader) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Start/end logits of every window, in dataset order, gathered from all processes."""
+def _eval_loop(accelerator, model, dataloader) -> tuple[list[np.ndarray], list[np.ndarray], float]:
+    """Start/end logits of every window, in dataset order, gathered from all processes, and the mean loss over the
+    windows (their labels: the answer's tokens, or the null token)."""
     model.eval()
     starts, ends = [], []
+    loss_sum, windows = torch.zeros(()), 0
     for batch in tqdm(dataloader, desc="Evaluating", disable=not accelerator.is_local_main_process):
         with torch.no_grad():
             outputs = model(**batch)
+        batch_windows = accelerator.gather_for_metrics(batch["input_ids"][:, :1]).shape[0]
+        loss_sum += accelerator.reduce(outputs.loss.detach().float(), reduction="mean").cpu() * batch_windows
+        windows += batch_windows
         # Batches are padded per process: pad to a common length before gathering (the padding is never read).
         start = accelerator.pad_across_processes(outputs.start_logits.float(), dim=1, pad_index=-1e4)
         end = accelerator.pad_across_processes(outputs.end_logits.float(), dim=1, pad_index=-1e4)
         start, end = accelerator.gather_for_metrics((start, end))
         starts.extend(start.cpu().numpy())
         ends.extend(end.cpu().numpy())
-    return starts, ends
+    return starts, ends, float(loss_sum) / max(windows, 1)
 
 
-def _score_and_write(config: QARunConfig, data: _QAData, start_logits, end_logits, version_2, summary) -> dict:
-    output_dir = Path(config.output_dir)
-    predictions, nbest = postprocess_qa_predictions(
-        data.eval_examples,
-        data.eval_features,
-        start_logits,
-        end_logits,
-        version_2=version_2,
-        n_best_size=config.n_best_size,
-        max_answer_length=config.max_answer_length,
-        null_score_diff_threshold=config.null_score_diff_threshold,
-    )
+@dataclass
+class _Scored:
+    """The predictions of one evaluation under every window scoring rule, and their metrics."""
+
+    metrics: dict  # the run's rule's metrics, with `scores_by_window_scoring` (every rule's)
+    implementation: str  # which SQuAD metric computed them
+    answers_by_rule: dict[str, dict[str, str]]
+    predictions: list[dict]  # the run's rule's, in the `evaluate` format
+    nbest: dict
+
+
+def _score(config: QARunConfig, data: _QAData, start_logits, end_logits, version_2, window_scoring) -> _Scored:
+    """Scores the predictions under the run's window scoring rule and, for comparison, under every other rule."""
     metric, implementation = load_squad_metric(version_2)
-    metrics = metric.compute(predictions=predictions, references=squad_references(data.eval_examples))
-    # Plain numbers for JSON (the Hub modules may return numpy scalars).
-    metrics = {key: int(v) if isinstance(v, numbers.Integral) else float(v) for key, v in metrics.items()}
-    write_json_atomically(output_dir / "eval_predictions.json", {p["id"]: p["prediction_text"] for p in predictions})
+    references = squad_references(data.eval_examples)
+    by_rule, answers_by_rule = {}, {}
+    for rule in WINDOW_SCORING_RULES:
+        rule_predictions, rule_nbest = postprocess_qa_predictions(
+            data.eval_examples,
+            data.eval_features,
+            start_logits,
+            end_logits,
+            version_2=version_2,
+            n_best_size=config.n_best_size,
+            max_answer_length=config.max_answer_length,
+            null_score_diff_threshold=config.null_score_diff_threshold,
+            window_scoring=rule,
+        )
+        # Plain numbers for JSON (the Hub modules may return numpy scalars).
+        by_rule[rule] = {
+            key: int(v) if isinstance(v, numbers.Integral) else float(v)
+            for key, v in metric.compute(predictions=rule_predictions, references=references).items()
+        }
+        answers_by_rule[rule] = {p["id"]: p["prediction_text"] for p in rule_predictions}
+        if rule == window_scoring:
+            predictions, nbest = rule_predictions, rule_nbest
+    metrics = {**by_rule[window_scoring], "scores_by_window_scoring": by_rule}
+    return _Scored(metrics, implementation, answers_by_rule, predictions, nbest)
+
+
+def _write_evaluation(config: QARunConfig, scored: _Scored, version_2: bool, summary: dict) -> None:
+    output_dir, rule = Path(config.output_dir), summary["window_scoring"]
+    write_json_atomically(output_dir / "eval_predictions.json", scored.answers_by_rule[rule])
+    write_json_atomically(output_dir / "eval_predictions_by_window_scoring.json", scored.answers_by_rule, indent=None)
     if version_2:
         write_json_atomically(
-            output_dir / "eval_null_odds.json", {p["id"]: p["no_answer_probability"] for p in predictions}
+            output_dir / "eval_null_odds.json", {p["id"]: p["no_answer_probability"] for p in scored.predictions}
         )
     if config.write_nbest:
-        write_json_atomically(output_dir / "eval_nbest_predictions.json", nbest)
+        write_json_atomically(output_dir / "eval_nbest_predictions.json", scored.nbest)
     write_json_atomically(
-        output_dir / "eval_metrics.json", {**metrics, "metric_implementation": implementation, **summary}
+        output_dir / "eval_metrics.json", {**scored.metrics, "metric_implementation": scored.implementation, **summary}
     )
-    logger.info(f"Evaluation ({implementation}): {json.dumps(metrics)}")
-    return metrics
+    logger.info(f"Evaluation ({scored.implementation}): {json.dumps(scored.metrics)}")
 
 
-def _evaluate(config: QARunConfig, accelerator, model, data: _QAData, collator, version_2, summary) -> dict:
+def _predict(config: QARunConfig, accelerator, model, data: _QAData, collator, summary) -> _Scored | None:
+    """Runs the model on the evaluation windows and scores its answers (on the main process; None elsewhere)."""
     loader = DataLoader(
         data.eval_features.remove_columns(list(EVAL_METADATA_COLUMNS)),
         collate_fn=collator,
         batch_size=config.per_device_eval_batch_size,
     )
     started = time.perf_counter()
-    start_logits, end_logits = _eval_loop(accelerator, model, accelerator.prepare(loader))
+    start_logits, end_logits, loss = _eval_loop(accelerator, model, accelerator.prepare(loader))
     summary["eval_seconds"] = round(time.perf_counter() - started, 1)
     if not accelerator.is_main_process:
+        return None
+    scored = _score(
+        config, data, start_logits, end_logits, summary["version_2_with_negative"], summary["window_scoring"]
+    )
+    scored.metrics["eval_loss"] = loss
+    return scored
+
+
+def _evaluate(config: QARunConfig, accelerator, model, data: _QAData, collator, summary) -> dict:
+    """The evaluation of the final model: its predictions and metrics files (metrics on the main process)."""
+    scored = _predict(config, accelerator, model, data, collator, summary)
+    if scored is None:
         return {}
-    return _score_and_write(config, data, start_logits, end_logits, version_2, summary)
+    _write_evaluation(config, scored, summary["version_2_with_negative"], summary)
+    return scored.metrics
+
+
+def _log_evaluation(training: _Training, epoch: int, metrics: dict) -> None:
+    """An evaluation record in metrics.jsonl: `eval_loss`, `eval_exact_match` and `eval_f1` at the step it was made."""
+    exact_match = metrics.get("exact_match", metrics.get("exact"))
+    record = {"step": training.completed_steps, "epoch": epoch, "eval_loss": metrics["eval_loss"]}
+    record.update(eval_exact_match=exact_match, eval_f1=metrics["f1"])
+    training.metrics.log(record)
+    logger.info(f"epoch {epoch} evaluation: {json.dumps(record)}")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -498,14 +618,32 @@ def _evaluate(config: QARunConfig, accelerator, model, data: _QAData, collator, 
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def _prepare_data(config: QARunConfig, accelerator: Accelerator, model, tokenizer) -> tuple[_QAData, dict, bool]:
-    """The training and evaluation windows, the run summary so far, and whether the empty answer is allowed."""
+def _prepare_data(config: QARunConfig, accelerator: Accelerator, model, tokenizer) -> tuple[_QAData, dict]:
+    """The training and evaluation windows, and the run summary so far (with whether the empty answer is allowed)."""
     max_seq_length, doc_stride = resolve_window_lengths(model, tokenizer, config.max_seq_length, config.doc_stride)
     processes = accelerator.num_processes
     logger.info(f"Windows of {max_seq_length} tokens overlapping by {doc_stride}; {processes} process(es).")
-    summary: dict = {"model": config.model_name_or_path, "max_seq_length": max_seq_length, "doc_stride": doc_stride}
+    window_scoring = check_window_scoring(config.window_scoring or model_window_scoring(model.config))
+    window_layout, block_size = resolve_window_layout(model.config, config.window_layout)
+    if block_size is not None:
+        logger.info(f"Window layout {window_layout}: blocks of {block_size} tokens, each starting with the question.")
+    summary: dict = {
+        "model": config.model_name_or_path,
+        "max_seq_length": max_seq_length,
+        "doc_stride": doc_stride,
+        "window_scoring": window_scoring,
+        "window_layout": window_layout,
+    }
+    if block_size is not None:
+        summary["window_block_size"] = block_size
     data = _QAData()
-    feature_kwargs = {"tokenizer": tokenizer, "max_seq_length": max_seq_length, "doc_stride": doc_stride}
+    feature_kwargs = {
+        "tokenizer": tokenizer,
+        "max_seq_length": max_seq_length,
+        "doc_stride": doc_stride,
+        "layout": window_layout,
+        "block_size": block_size,
+    }
     with accelerator.main_process_first():
         if config.do_train:
             _training_data(config, feature_kwargs, data, summary)
@@ -515,14 +653,34 @@ def _prepare_data(config: QARunConfig, accelerator: Accelerator, model, tokenize
     if version_2 is None:
         version_2 = any(has_impossible_questions(e) for e in (data.train_examples, data.eval_examples) if e is not None)
     summary["version_2_with_negative"] = version_2
-    return data, summary, version_2
+    return data, summary
+
+
+def _trained_qa_settings(model_config, summary: dict) -> dict:
+    """What the fine-tuned model records (`config.question_answering`), its pipeline's defaults: the window scoring
+    rule it is trained for and, unless it is the default `question_first`, the window layout it is trained on with
+    its block size (left out for `question_first`, so such a model's config is what it always was)."""
+    settings = {**qa_settings(model_config), "window_scoring": summary["window_scoring"]}
+    settings.pop("window_layout", None)
+    settings.pop("block_size", None)
+    if summary["window_layout"] != DEFAULT_WINDOW_LAYOUT:
+        settings.update(window_layout=summary["window_layout"], block_size=summary["window_block_size"])
+    return settings
 
 
 def _start(config: QARunConfig) -> tuple[Accelerator, Path | None]:
     """Checks the options, the launch and the output folder before any work; returns the checkpoint to resume."""
     if not (config.do_train or config.do_eval):
         raise ValueError("Nothing to do: pass --do_train and/or --do_eval.")
+    if config.window_scoring is not None:
+        check_window_scoring(config.window_scoring)
+    if config.window_layout is not None:
+        check_window_layout(config.window_layout)
+    if not 0.0 <= config.negative_window_rate <= 1.0:
+        raise ValueError(f"--negative_window_rate must be in [0, 1], got {config.negative_window_rate}.")
     _checkpoint_every(config.checkpointing_steps)
+    if config.eval_strategy == "epoch" and not (config.do_train and config.do_eval):
+        raise ValueError("--eval_strategy epoch evaluates while training: add --do_train and --do_eval.")
     dropout = config.attention_probs_dropout_prob
     if dropout is not None and not 0.0 <= dropout < 1.0:
         raise ValueError(f"--attention_probs_dropout_prob must be in [0, 1), got {dropout}.")
@@ -565,18 +723,27 @@ def _run(config: QARunConfig, accelerator: Accelerator, resume_from: Path | None
         datasets.utils.logging.set_verbosity_error()
         transformers.utils.logging.set_verbosity_error()
     model, tokenizer = _load_model_and_tokenizer(config)
-    data, summary, version_2 = _prepare_data(config, accelerator, model, tokenizer)
+    data, summary = _prepare_data(config, accelerator, model, tokenizer)
     collator = DataCollatorWithPadding(tokenizer)  # pads each batch to its longest window, on the right
     if config.do_train:
+        setattr(model.config, QA_SETTINGS_ATTRIBUTE, _trained_qa_settings(model.config, summary))
         dataloader, generator = _train_dataloader(config, data.train_features, collator)
         training = _set_up_training(config, accelerator, model, dataloader, generator)
-        _train(training, resume_from, summary)
+
+        def evaluate_epoch(epoch: int) -> None:
+            scored = _predict(config, accelerator, training.model, data, collator, summary)
+            if scored is not None:
+                _log_evaluation(training, epoch, scored.metrics)
+
+        _train(training, resume_from, summary, evaluate_epoch if config.eval_strategy == "epoch" else None)
         model = training.model
         _save_model(config, accelerator, model, tokenizer, summary)
     else:
         # Inference only: no DistributedDataParallel wrapper, whose reducer would hold the process group to the end.
         model = accelerator.prepare_model(model, evaluation_mode=True)
-    metrics = _evaluate(config, accelerator, model, data, collator, version_2, summary) if config.do_eval else {}
+    metrics = _evaluate(config, accelerator, model, data, collator, summary) if config.do_eval else {}
+    if config.do_train and metrics and config.eval_strategy == "epoch":
+        _log_evaluation(training, training.num_epochs - 1, metrics)  # the last epoch's evaluation is the final one
     if config.do_train and metrics:  # the saved model's card gets the evaluation (metrics: on the main process)
         model_config = accelerator.unwrap_model(model).config
         _write_model_card(

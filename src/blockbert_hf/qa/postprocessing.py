@@ -11,7 +11,7 @@ import datasets
 import evaluate
 import numpy as np
 
-from ..pipeline_question_answering import WindowLogits, rank_answers
+from ..pipeline_question_answering import DEFAULT_WINDOW_SCORING, WindowLogits, rank_answers
 
 
 logger = logging.getLogger(__name__)
@@ -27,10 +27,12 @@ def postprocess_qa_predictions(
     n_best_size: int = 20,
     max_answer_length: int = 30,
     null_score_diff_threshold: float = 0.0,
+    window_scoring: str = DEFAULT_WINDOW_SCORING,
 ) -> tuple[list[dict], dict[str, list[dict]]]:
     """Turns per-window logits (aligned with `features`) into one prediction per example, with the pipeline's
-    `rank_answers`. Returns the predictions in the `evaluate` squad/squad_v2 format (`id`, `prediction_text`, and
-    `no_answer_probability` for v2) and the n-best lists by id."""
+    `rank_answers` (spans of different windows compared on `window_scoring`). Returns the predictions in the
+    `evaluate` squad/squad_v2 format (`id`, `prediction_text`, and `no_answer_probability` for v2) and the n-best
+    lists by id."""
     if len(start_logits) != len(features) or len(end_logits) != len(features):
         raise ValueError(f"Got logits for {len(start_logits)} windows but {len(features)} features.")
     windows_by_example = collections.defaultdict(list)
@@ -47,6 +49,7 @@ def postprocess_qa_predictions(
             max_answer_len=max_answer_length,
             handle_impossible_answer=version_2,
             null_score_diff_threshold=null_score_diff_threshold,
+            window_scoring=window_scoring,
         )
         prediction = {"id": example_id, "prediction_text": ranked.answers[0]["answer"]}
         if version_2:
