@@ -1,11 +1,15 @@
-"""Build long-context QA sets from a SQuAD-format file: training sets with contexts filled to N tokens (first half of
-the articles) and test sets (second half): `paragraph`, a length sweep on the same questions, and whole articles.
+"""Build long-context QA sets from a SQuAD-format file. The first half of the articles gives the training sets
+(`train_<N>`: contexts filled to N tokens; `train_article`: whole articles), except a few named articles held out as the
+dev half for recipe selection (`--dev_titles`; `dev_paragraph`, `dev_window_<T>`, `dev_article`). The second half gives
+the test sets: `paragraph`, a length sweep on the same questions (`sweep_<T>`), `window_<T>` (every question, its
+context filled so that question and context fit one window of T tokens) and whole articles (`article`).
 
     python experiments/build_long_context_qa.py --squad_file path/to/dev-v1.1.json.gz \\
         --tokenizer TOKENIZER_FOLDER --output_dir outputs/long_qa_data
 
 The committed sets come from SQuAD v1.1 dev (dev-v1.1.json.gz, CC BY-SA 4.0; the repository ships two of its articles
-in data/samples/squad_v1.1_dev_sample.json).
+in data/samples/squad_v1.1_dev_sample.json). The default --dev_titles are articles of that file; for another file name
+its own first-half articles, or pass --dev_titles none for no dev split.
 
 Writes OUTPUT_DIR/<set>.json (SQuAD format, for examples/run_qa.py --train_file/--validation_file), manifest.json,
 stats.json and stats.md (context token lengths under the tokenizer). See docs/qa_long_context_data.md.

@@ -6,6 +6,8 @@ test sets (see docs/qa_comparison/README.md).
     python experiments/qa_comparison.py run --squad_file path/to/dev-v1.1.json.gz   # every cell, in priority order
     python experiments/qa_comparison.py run --cells n512_full_seed0 n512_n2_10-2_seed0
     python experiments/qa_comparison.py report            # table, plot, intervals from the cells finished so far
+    python experiments/qa_comparison.py run --grid recipe --effective_batch_size 16 --mixed_precision bf16
+                                                          # the learning-rate screening on the dev articles
 
 `run` can be interrupted at any time and started again: converted models are cached, finished trainings and
 evaluations are skipped, an interrupted training resumes from its last checkpoint (one about every
@@ -26,7 +28,7 @@ from blockbert_experiments.qa_comparison import (
     format_plan,
     plan_comparison,
     run_comparison,
-    write_report,
+    write_grid_report,
 )
 from blockbert_hf.saving import OutputOverwritesInputError, check_output_keeps_inputs
 from blockbert_hf.training import HelpFormatter
@@ -67,7 +69,7 @@ def main(argv=None) -> int:
         return 2
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     if command == "report":
-        report = write_report(config)
+        report = write_grid_report(config)
         print(f"Report of {len(report['cells'])} cell(s) written to {config.results_dir}/README.md")
         return 0
     try:

@@ -1,17 +1,23 @@
 """Long-context QA sets built from one SQuAD-format file: questions whose context is their answer paragraph filled with
 the neighbouring paragraphs of the same article up to a token budget T, so that context length is what varies.
 
-The file's articles are split into two halves (`split_squad_articles`): the first half gives the training sets
-(`train_<N>`, contexts filled to N tokens), the second the test sets: `paragraph` (the answer paragraph as it is),
-`sweep_<T>` (the same seeded sample of questions, contexts filled to each T) and `article` (a seeded sample, the whole
-article as context). `build_long_context_sets` writes them as SQuAD-format files with a manifest and the token-length
-distribution of every set.
+The file's articles are split into two halves (`split_squad_articles`). A few named articles of the first half
+(`LongContextConfig.dev_titles`) are held out of it as the dev half, for recipe selection (`hold_out_dev_articles`).
+The rest of the first half gives the training sets: `train_<N>` (contexts filled to N tokens) and `train_article` (the
+whole article as context, for training on sampled windows). The dev half gives `dev_paragraph`, `dev_window_<T>` and
+`dev_article` (every dev question). The second half gives the test sets: `paragraph` (the answer paragraph as it is),
+`sweep_<T>` (the same seeded sample of questions, contexts filled to each T), `window_<T>` (every question, its context
+filled so that question, special tokens and context fit one window of T tokens) and `article` (a seeded sample, the
+whole article as context). `build_long_context_sets` writes them as SQuAD-format files with a manifest and the
+token-length distribution of every set.
 
 Filling: paragraphs are joined with `SEPARATOR`; their token counts (context alone, no special tokens) decide which fit.
 Each question draws a seeded fraction in [0, 1) that places its answer paragraph: about that share of the room left by
 the answer paragraph goes to the paragraphs before it, then paragraphs after it and, when the article ends, more before
 it are added while the total stays within T. A filled context is therefore at most T tokens and, unless it is the
-whole article, less than one paragraph short of T. The same fraction is used at every T.
+whole article, less than one paragraph short of T. The same fraction is used at every T. The window sets fill each
+context to its own budget, T less the question's tokens (after `.lstrip()`, as the windows of `examples/run_qa.py`
+take it) and the tokenizer's special tokens of a pair.
 """
 
 import json
@@ -19,6 +25,7 @@ import logging
 import os
 import random
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,7 +54,10 @@ from blockbert_hf.saving import (
 
 logger = logging.getLogger(__name__)
 
-SET_FAMILIES = ("train", "paragraph", "sweep", "article")
+SET_FAMILIES = ("train", "train_article", "dev", "paragraph", "sweep", "window", "article")
+# Three first-half articles of SQuAD v1.1 dev of median size (106-116 questions, about 4,000 tokens each)
+DEFAULT_DEV_TITLES = ("Packet_switching", "Black_Death", "Geology")
+NO_DEV_SPLIT = "none"  # `--dev_titles none`: the command line cannot give an empty list
 
 
 @dataclass
@@ -56,7 +66,19 @@ class LongContextConfig:
 
     sets: list[str] = field(
         default_factory=lambda: list(SET_FAMILIES),
-        metadata={"help": f"Which sets to build, any of {', '.join(SET_FAMILIES)}."},
+        metadata={
+            "help": "Which set families to build, any of: train (`train_<N>`), train_article, dev (`dev_paragraph`, "
+            "`dev_window_<T>`, `dev_article`), paragraph, sweep (`sweep_<T>`), window (`window_<T>`), article."
+        },
+    )
+    dev_titles: list[str] = field(
+        default_factory=lambda: list(DEFAULT_DEV_TITLES),
+        metadata={
+            "help": "Titles of first-half articles held out of every training set as the dev half (recipe "
+            "selection). The default names three SQuAD v1.1 dev articles of median size (about 110 questions and "
+            "4,000 tokens each), so a dev evaluation over whole articles is cheap. They are held out even when `dev` "
+            "is not in --sets. `none`: no dev split."
+        },
     )
     train_lengths: list[int] = field(
         default_factory=lambda: [512, 1024, 2048],
@@ -66,9 +88,16 @@ class LongContextConfig:
         default_factory=lambda: [512, 1024, 2048, 4096, 8192],
         metadata={"help": "T of each `sweep_<T>` test set (the same questions, contexts filled to T tokens)."},
     )
-    sweep_questions: int = field(default=200, metadata={"help": "Questions in every sweep set (seeded choice)."})
+    window_lengths: list[int] = field(
+        default_factory=lambda: [512],
+        metadata={
+            "help": "T of each `window_<T>` test set and `dev_window_<T>` dev set (every question, its context "
+            "filled so that question, special tokens and context fit one window of T tokens)."
+        },
+    )
+    sweep_questions: int = field(default=600, metadata={"help": "Questions in every sweep set (seeded choice)."})
     article_questions: int = field(
-        default=300, metadata={"help": "Questions in the `article` set (seeded choice, whole article as context)."}
+        default=1000, metadata={"help": "Questions in the `article` set (seeded choice, whole article as context)."}
     )
     seed: int = field(default=0, metadata={"help": "Seed of the question samples and of the answer positions."})
 
@@ -76,7 +105,10 @@ class LongContextConfig:
         unknown = sorted(set(self.sets) - set(SET_FAMILIES))
         if unknown or not self.sets:
             raise ValueError(f"Unknown set name(s) {unknown or self.sets}: choose among {', '.join(SET_FAMILIES)}.")
-        for name in ("train_lengths", "sweep_lengths"):
+        if list(self.dev_titles) == [NO_DEV_SPLIT]:
+            self.dev_titles = []
+        self.dev_titles = list(dict.fromkeys(self.dev_titles))
+        for name in ("train_lengths", "sweep_lengths", "window_lengths"):
             lengths = getattr(self, name)
             if not lengths or any(length <= 0 for length in lengths):
                 raise ValueError(f"{name} must be one or more positive token counts, got {lengths}.")
@@ -89,8 +121,8 @@ class LongContextConfig:
 @dataclass
 class LongContextSet:
     name: str
-    half: str  # "first" (training) or "second" (test)
-    target_tokens: int | None  # T of a filled set; None for `paragraph` and `article`
+    half: str  # "first" (training), "dev" (recipe selection) or "second" (test)
+    target_tokens: int | None  # T of a filled or window set; None for the paragraph and article sets
     examples: list[Example]
     unplaced_answers: int = 0  # answers whose text is not at their offset (dropped)
     left_out: dict[str, list[str]] = field(default_factory=dict)  # reason -> question ids
@@ -105,6 +137,29 @@ def read_article_halves(source: str | os.PathLike) -> tuple[list[Article], list[
         )
     with tempfile.TemporaryDirectory() as folder:
         return tuple(read_articles(path) for path in split_squad_articles(source, folder))
+
+
+def hold_out_dev_articles(first: list[Article], dev_titles: Sequence[str]) -> tuple[list[Article], list[Article]]:
+    """The first half without the articles that `dev_titles` names, and those articles (both in first-half order).
+    Raises a ValueError when a title is not in the first half."""
+    titles = [article.title for article in first]
+    unknown = [title for title in dict.fromkeys(dev_titles) if title not in titles]
+    if unknown:
+        raise ValueError(
+            f"dev title(s) {unknown} are not articles of the first half, whose titles are {titles}: name dev "
+            f"articles among those (--dev_titles), or pass dev_titles=[] (--dev_titles {NO_DEV_SPLIT}) for no dev "
+            "split."
+        )
+    held_out = set(dev_titles)
+    if held_out and held_out >= set(titles):
+        raise ValueError(
+            f"dev title(s) {list(dev_titles)} name every article of the first half, which leaves none for training: "
+            "keep at least one first-half article out of --dev_titles."
+        )
+    return (
+        [article for article in first if article.title not in held_out],
+        [article for article in first if article.title in held_out],
+    )
 
 
 @dataclass
@@ -128,20 +183,24 @@ def _build_set(
     seed: int = 0,
     separator_tokens: int = 0,
     question_ids: set[str] | None = None,
+    reserved: dict[str, int] | None = None,
 ) -> LongContextSet:
-    """`window`: "paragraph" (the answer paragraph), "filled" (to `target` tokens) or "article" (all of it)."""
+    """`window`: "paragraph" (the answer paragraph), "filled" (to `target` tokens) or "article" (all of it).
+    `reserved`: for a filled set, the tokens each question's window holds besides the context (its question and the
+    special tokens); its context is filled to `target` less those."""
     built = LongContextSet(name, half_name, target, [])
     too_long, unanswerable = [], []
     for article, lengths in zip(half.articles, half.lengths):
         for question in article.questions:
             if question_ids is not None and question.id not in question_ids:
                 continue
-            if window == "filled" and lengths[question.paragraph] > target:
-                too_long.append(question.id)
-                continue
             if window == "filled":
+                budget = target - (reserved[question.id] if reserved is not None else 0)
+                if lengths[question.paragraph] > budget:
+                    too_long.append(question.id)
+                    continue
                 fraction = answer_fraction(seed, question.id)
-                start, end = fill_window(lengths, question.paragraph, target, fraction, separator_tokens)
+                start, end = fill_window(lengths, question.paragraph, budget, fraction, separator_tokens)
             elif window == "article":
                 start, end = 0, len(article.paragraphs)
             else:
@@ -157,17 +216,26 @@ def _build_set(
     if unanswerable:
         built.left_out["no_placeable_answer"] = unanswerable
     if not built.examples:
-        shortest = min(lengths[q.paragraph] for a, lengths in zip(half.articles, half.lengths) for q in a.questions)
-        raise ValueError(
-            f"Set {name!r} would have no questions: "
-            + (
-                f"T = {target} is smaller than the answer paragraph of every question (the shortest has {shortest} "
-                f"tokens); use T >= {shortest}."
-                if too_long
-                else "no question has an answer whose text is at its offset in the context."
-            )
-        )
+        raise ValueError(f"Set {name!r} would have no questions: " + _why_empty(half, target, reserved, too_long))
     return built
+
+
+def _why_empty(half: _Half, target: int | None, reserved: dict[str, int] | None, too_long: list[str]) -> str:
+    if not too_long:
+        return "no question has an answer whose text is at its offset in the context."
+    if reserved is None:
+        shortest = min(lengths[q.paragraph] for a, lengths in zip(half.articles, half.lengths) for q in a.questions)
+        return (
+            f"T = {target} is smaller than the answer paragraph of every question (the shortest has {shortest} "
+            f"tokens); use T >= {shortest} (--train_lengths)."
+        )
+    shortest = min(
+        lengths[q.paragraph] + reserved[q.id] for a, lengths in zip(half.articles, half.lengths) for q in a.questions
+    )
+    return (
+        f"T = {target} is smaller than the answer paragraph of every question with its question and special tokens "
+        f"(the shortest window needs {shortest} tokens); use T >= {shortest} (--window_lengths)."
+    )
 
 
 def _sample_ids(half: _Half, size: int, seed: int, what: str, max_paragraph_tokens: int | None = None) -> set[str]:
@@ -190,18 +258,39 @@ def _sample_ids(half: _Half, size: int, seed: int, what: str, max_paragraph_toke
     return set(random.Random(f"{seed}:{what}").sample(candidates, size))
 
 
+def _window_reserved(half: _Half, tokenizer: PreTrainedTokenizerBase) -> dict[str, int]:
+    """Per question id, the tokens of its window that are not context: the question (after `.lstrip()`, as the
+    windows take it) and the special tokens of a pair."""
+    questions = [question for article in half.articles for question in article.questions]
+    special_tokens = tokenizer.num_special_tokens_to_add(pair=True)
+    counts = token_counts([question.question.lstrip() for question in questions], tokenizer)
+    return {question.id: count + special_tokens for question, count in zip(questions, counts)}
+
+
 def build_sets(
     first: list[Article], second: list[Article], tokenizer: PreTrainedTokenizerBase, config: LongContextConfig
 ) -> list[LongContextSet]:
-    """The sets `config` asks for, from the training (`first`) and test (`second`) halves; nothing is written."""
+    """The sets `config` asks for, from the first half (`first`; its articles named by `config.dev_titles` are the
+    dev half, the others the training half) and the test half (`second`); nothing is written."""
+    training, dev_articles = hold_out_dev_articles(first, config.dev_titles)
     separator_tokens = token_counts([SEPARATOR], tokenizer)[0]
-    train = _tokenized_half(first, tokenizer) if "train" in config.sets else None
-    test = _tokenized_half(second, tokenizer) if set(config.sets) - {"train"} else None
+    families = set(config.sets)
+    train = _tokenized_half(training, tokenizer) if families & {"train", "train_article"} else None
+    dev = _tokenized_half(dev_articles, tokenizer) if "dev" in families and dev_articles else None
+    test = _tokenized_half(second, tokenizer) if families & {"paragraph", "sweep", "window", "article"} else None
     sets = []
     filled = dict(window="filled", seed=config.seed, separator_tokens=separator_tokens)
     if "train" in config.sets:
         for length in config.train_lengths:
             sets.append(_build_set(f"train_{length}", "first", train, target=length, **filled))
+    if "train_article" in config.sets:
+        sets.append(_build_set("train_article", "first", train, window="article"))
+    if dev is not None:
+        sets.append(_build_set("dev_paragraph", "dev", dev, window="paragraph"))
+        reserved = _window_reserved(dev, tokenizer)
+        for length in config.window_lengths:
+            sets.append(_build_set(f"dev_window_{length}", "dev", dev, target=length, reserved=reserved, **filled))
+        sets.append(_build_set("dev_article", "dev", dev, window="article"))
     if "paragraph" in config.sets:
         sets.append(_build_set("paragraph", "second", test, window="paragraph"))
     if "sweep" in config.sets:
@@ -209,6 +298,10 @@ def build_sets(
         ids = _sample_ids(test, config.sweep_questions, config.seed, "sweep", max_paragraph_tokens=smallest)
         for length in config.sweep_lengths:
             sets.append(_build_set(f"sweep_{length}", "second", test, target=length, question_ids=ids, **filled))
+    if "window" in config.sets:
+        reserved = _window_reserved(test, tokenizer)
+        for length in config.window_lengths:
+            sets.append(_build_set(f"window_{length}", "second", test, target=length, reserved=reserved, **filled))
     if "article" in config.sets:
         ids = _sample_ids(test, config.article_questions, config.seed, "article")
         sets.append(_build_set("article", "second", test, window="article", question_ids=ids))
@@ -299,6 +392,7 @@ def build_long_context_sets(
         )
     first, second = read_article_halves(source)
     sets = build_sets(first, second, tokenizer, config)
+    training, dev = hold_out_dev_articles(first, config.dev_titles)
     stats = length_stats(sets, tokenizer)
     files = {built.name: json.dumps(squad_json(built), ensure_ascii=False) + "\n" for built in sets}
     # a local folder as `recorded_path` records it (an installed model by its package), a Hub id as it is
@@ -310,14 +404,19 @@ def build_long_context_sets(
         "seed": config.seed,
         "tokenizer": recorded_tokenizer,
         "separator": SEPARATOR,
+        # what a window holds besides question and context (the window sets leave room for it)
+        "special_tokens": tokenizer.num_special_tokens_to_add(pair=True),
         "config": {
+            "dev_titles": config.dev_titles,
             "train_lengths": config.train_lengths,
             "sweep_lengths": config.sweep_lengths,
+            "window_lengths": config.window_lengths,
             "sweep_questions": config.sweep_questions,
             "article_questions": config.article_questions,
         },
         "halves": {
-            "first": {"use": "training", "articles": [article.title for article in first]},
+            "first": {"use": "training", "articles": [article.title for article in training]},
+            **({"dev": {"use": "recipe selection", "articles": [article.title for article in dev]}} if dev else {}),
             "second": {"use": "test", "articles": [article.title for article in second]},
         },
         "sets": {

@@ -18,10 +18,19 @@ from blockbert_hf.qa import load_qa_dataset
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SQUAD_SAMPLE = REPO_ROOT / "data" / "samples" / "squad_v1.1_dev_sample.json"
-# With the test tokenizer the sample's paragraphs have 214-644 tokens and its articles about 7k.
+# With the test tokenizer the sample's paragraphs have 214-644 tokens and its articles about 7k. Its first half is one
+# article, none of the default dev articles: no dev split unless a test asks for one.
 CONFIG = dict(
-    train_lengths=[512, 1024], sweep_lengths=[512, 1024, 2048, 8192], sweep_questions=20, article_questions=30
+    dev_titles=[],
+    train_lengths=[512, 1024],
+    sweep_lengths=[512, 1024, 2048, 8192],
+    window_lengths=[512, 1024],
+    sweep_questions=20,
+    article_questions=30,
 )
+# A four-article file made of the sample's two articles and a renamed copy of each: first half [Sky, Jacksonville
+# copy], second half [Jacksonville, Sky copy]; the Jacksonville copy is the dev article of `built_dev`.
+DEV_TITLE = "Jacksonville,_Florida_(copy)"
 
 
 def _build(tokenizer, output_dir, source=SQUAD_SAMPLE, **overrides):
@@ -49,6 +58,31 @@ def built(tokenizer, tmp_path_factory):
 @pytest.fixture(scope="module")
 def halves():
     return read_article_halves(SQUAD_SAMPLE)
+
+
+@pytest.fixture(scope="module")
+def four_articles(tmp_path_factory) -> Path:
+    data = json.loads(SQUAD_SAMPLE.read_text(encoding="utf-8"))
+    sky, jacksonville = data["data"]
+    copies = []
+    for article in (jacksonville, sky):
+        copy = json.loads(json.dumps(article))
+        copy["title"] += "_(copy)"
+        for paragraph in copy["paragraphs"]:
+            for qa in paragraph["qas"]:
+                qa["id"] += "-copy"
+        copies.append(copy)
+    data["data"] = [sky, copies[0], jacksonville, copies[1]]
+    path = tmp_path_factory.mktemp("four_articles") / "four.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def built_dev(tokenizer, four_articles, tmp_path_factory):
+    sets = ["train", "train_article", "dev", "window"]
+    output_dir = tmp_path_factory.mktemp("long_qa_dev") / "sets"
+    return _build(tokenizer, output_dir, source=four_articles, sets=sets, dev_titles=[DEV_TITLE])
 
 
 def _set_names(built):
@@ -97,11 +131,14 @@ def test_every_answer_offset_is_correct_in_every_set(built):
     assert _set_names(built) == [
         "train_512",
         "train_1024",
+        "train_article",
         "paragraph",
         "sweep_512",
         "sweep_1024",
         "sweep_2048",
         "sweep_8192",
+        "window_512",
+        "window_1024",
         "article",
     ]
     for name, entry in built.manifest["sets"].items():
@@ -131,7 +168,7 @@ def test_filled_contexts_are_within_one_paragraph_of_the_target(tokenizer, built
     slack = {title: longest + token_counts([SEPARATOR], tokenizer)[0] for title, longest in slack.items()}
     for name, entry in built.manifest["sets"].items():
         target = entry["target_tokens"]
-        if target is None:
+        if target is None or "window_" in name:  # the window sets: test_window_sets_fit_one_window_with_the_question
             continue
         rows = _read(built.output_dir / entry["file"])
         contexts = sorted({row["context"] for row in rows})
@@ -153,7 +190,11 @@ def test_halves_are_article_disjoint(built, halves):
     }
     assert all(titles[name] <= first for name in titles if name.startswith("train_"))
     assert all(titles[name] <= second for name in titles if not name.startswith("train_"))
-    assert built.manifest["halves"]["first"]["articles"] == [article.title for article in halves[0]]
+    assert built.manifest["halves"] == {
+        "first": {"use": "training", "articles": [article.title for article in halves[0]]},
+        "second": {"use": "test", "articles": [article.title for article in halves[1]]},
+    }  # no dev half without dev titles
+    assert built.manifest["config"]["dev_titles"] == []
 
 
 def test_paragraph_and_article_sets_keep_the_source_contexts(built, halves):
@@ -173,6 +214,102 @@ def test_paragraph_and_article_sets_keep_the_source_contexts(built, halves):
     article_rows = _read(built.output_dir / "article.json")
     assert len(article_rows) == CONFIG["article_questions"]
     assert all(row["context"] == whole[row["title"]] for row in article_rows)
+
+
+@pytest.mark.parametrize("name", ["window_512", "window_1024", "dev_window_512", "dev_window_1024"])
+def test_window_sets_fit_one_window_with_the_question(tokenizer, built, built_dev, four_articles, name):
+    result, source = (built_dev, four_articles) if name.startswith("dev_") else (built, SQUAD_SAMPLE)
+    entry = result.manifest["sets"][name]
+    target = entry["target_tokens"]
+    assert target == int(name.rsplit("_", 1)[1])
+    assert entry["half"] == ("dev" if name.startswith("dev_") else "second")
+    special_tokens = tokenizer.num_special_tokens_to_add(pair=True)
+    assert result.manifest["special_tokens"] == special_tokens
+    articles = {article.title: article for half in read_article_halves(source) for article in half}
+    separator_tokens = token_counts([SEPARATOR], tokenizer)[0]
+    longest = {title: max(token_counts(a.paragraphs, tokenizer)) + separator_tokens for title, a in articles.items()}
+    rows = _read(result.output_dir / entry["file"])
+    questions = token_counts([row["question"].lstrip() for row in rows], tokenizer)
+    contexts = token_counts([row["context"] for row in rows], tokenizer)
+    near = 0
+    for row, question_tokens, context_tokens in zip(rows, questions, contexts):
+        window = tokenizer(row["question"].lstrip(), row["context"], truncation=False, verbose=False)["input_ids"]
+        assert len(window) <= target, (name, row["id"])
+        budget = target - question_tokens - special_tokens
+        assert context_tokens <= budget, (name, row["id"])
+        near += budget - context_tokens < longest[row["title"]]  # a neighbouring paragraph did not fit
+    assert rows and near >= 0.9 * len(rows), (name, near, len(rows))
+    left_out = entry["left_out"].get("answer_paragraph_longer_than_target", [])
+    half = [
+        article
+        for article in articles.values()
+        if article.title in result.manifest["halves"][entry["half"]]["articles"]
+    ]
+    assert len(rows) + len(left_out) == sum(len(article.questions) for article in half)  # every question
+
+
+def _titles_and_ids(result, name) -> tuple[set[str], set[str]]:
+    rows = _read(result.output_dir / result.manifest["sets"][name]["file"])
+    return {row["title"] for row in rows}, {row["id"] for row in rows}
+
+
+def test_dev_articles_are_held_out_of_every_training_set_and_make_every_dev_set(built_dev, four_articles):
+    manifest = built_dev.manifest
+    assert list(manifest["sets"]) == [
+        "train_512",
+        "train_1024",
+        "train_article",
+        "dev_paragraph",
+        "dev_window_512",
+        "dev_window_1024",
+        "dev_article",
+        "window_512",
+        "window_1024",
+    ]
+    assert manifest["halves"] == {
+        "first": {"use": "training", "articles": ["Sky_(United_Kingdom)"]},
+        "dev": {"use": "recipe selection", "articles": [DEV_TITLE]},
+        "second": {"use": "test", "articles": ["Jacksonville,_Florida", "Sky_(United_Kingdom)_(copy)"]},
+    }
+    assert manifest["config"]["dev_titles"] == [DEV_TITLE] and manifest["config"]["window_lengths"] == [512, 1024]
+    first, _ = read_article_halves(four_articles)
+    dev_ids = {question.id for article in first if article.title == DEV_TITLE for question in article.questions}
+    assert len(dev_ids) == 96
+    for name, entry in manifest["sets"].items():
+        titles, ids = _titles_and_ids(built_dev, name)
+        if name.startswith("train_"):
+            assert entry["half"] == "first" and titles == {"Sky_(United_Kingdom)"} and not ids & dev_ids, name
+        elif name.startswith("dev_"):
+            assert entry["half"] == "dev" and titles == {DEV_TITLE} and ids <= dev_ids, name
+            left_out = {id for ids in entry["left_out"].values() for id in ids}
+            assert ids | left_out == dev_ids, name  # every dev question, or listed as left out
+        else:
+            assert entry["half"] == "second" and DEV_TITLE not in titles, name
+    assert _titles_and_ids(built_dev, "dev_paragraph")[1] == _titles_and_ids(built_dev, "dev_article")[1] == dev_ids
+
+
+def test_unknown_dev_titles_are_an_error_naming_them_and_the_first_half(tokenizer, tmp_path):
+    with pytest.raises(ValueError) as error:
+        _build(tokenizer, tmp_path / "out", dev_titles=["Geology", "Sky_(United_Kingdom)", "Black_Death"])
+    message = str(error.value)
+    assert "dev title(s) ['Geology', 'Black_Death'] are not articles of the first half" in message
+    assert "whose titles are ['Sky_(United_Kingdom)']" in message and "--dev_titles none" in message
+    assert list(tmp_path.iterdir()) == []
+    assert LongContextConfig().dev_titles == ["Packet_switching", "Black_Death", "Geology"]
+    assert LongContextConfig(dev_titles=["none"]).dev_titles == []  # `--dev_titles none`
+
+
+def test_train_article_has_every_training_question_with_its_whole_article(built, built_dev, halves, four_articles):
+    for result, source in ((built, SQUAD_SAMPLE), (built_dev, four_articles)):
+        entry = result.manifest["sets"]["train_article"]
+        assert entry["half"] == "first" and entry["target_tokens"] is None and entry["left_out"] == {}
+        training = result.manifest["halves"]["first"]["articles"]
+        articles = [article for article in read_article_halves(source)[0] if article.title in training]
+        rows = _read(result.output_dir / entry["file"])
+        assert {row["id"] for row in rows} == {question.id for article in articles for question in article.questions}
+        whole = {article.title: SEPARATOR.join(article.paragraphs) for article in articles}
+        assert all(row["context"] == whole[row["title"]] for row in rows)
+        assert entry["contexts"] == len(articles)
 
 
 def test_manifest_records_source_seed_and_sizes(built):
@@ -218,6 +355,9 @@ def test_answers_not_at_their_offset_are_counted_and_dropped(tokenizer, tmp_path
         ({"sweep_questions": 500}, None, ValueError, "asks for 500 questions"),
         ({"sets": ["train", "sweeps"]}, None, ValueError, "Unknown set name"),
         ({"sweep_lengths": [0]}, None, ValueError, "positive token counts"),
+        ({"window_lengths": [-512]}, None, ValueError, "positive token counts"),
+        ({"sets": ["window"], "window_lengths": [200]}, None, ValueError, r"its question and special tokens"),
+        ({"dev_titles": ["Sky_(United_Kingdom)"]}, None, ValueError, "leaves none for training"),
     ],
 )
 def test_bad_inputs_raise_clear_errors_and_write_nothing(tokenizer, tmp_path, overrides, source, error, message):
@@ -234,7 +374,7 @@ def test_existing_output_is_kept_unless_overwrite(tokenizer, tmp_path):
     with pytest.raises(FileExistsError, match="already exists"):
         _build(tokenizer, output_dir, sets=["paragraph"])
     assert [path.name for path in output_dir.iterdir()] == ["keep.txt"]
-    config = LongContextConfig(sets=["paragraph"])
+    config = LongContextConfig(sets=["paragraph"], dev_titles=[])
     build_long_context_sets(SQUAD_SAMPLE, output_dir, tokenizer, config, overwrite=True)
     written = sorted(path.name for path in output_dir.iterdir())
     assert written == ["manifest.json", "paragraph.json", "stats.json", "stats.md"]
@@ -247,10 +387,12 @@ def test_cli_builds_the_sets_from_a_tokenizer_folder(tokenizer, tmp_path, capsys
         [
             "--squad_file", str(SQUAD_SAMPLE), "--tokenizer", str(tmp_path / "tokenizer"), "--output_dir",
             str(output_dir), "--sets", "paragraph", "sweep", "--sweep_lengths", "512", "1024", "--sweep_questions", "5",
+            "--dev_titles", "none",
         ]
     )  # fmt: skip
     manifest = json.loads((output_dir / "manifest.json").read_text())
     assert list(manifest["sets"]) == ["paragraph", "sweep_512", "sweep_1024"]
+    assert manifest["config"]["dev_titles"] == [] and "dev" not in manifest["halves"]
     assert manifest["sets"]["sweep_512"]["questions"] == 5
     assert "| `sweep_1024` | 1024 | 5 |" in capsys.readouterr().out
 
@@ -263,6 +405,7 @@ def test_cli_builds_the_sets_from_a_tokenizer_folder(tokenizer, tmp_path, capsys
         ("missing squad file", "--squad_file {tmp}/missing.json.gz does not exist"),
         ("unknown set", "Unknown set name(s) ['sweeps']"),
         ("too many questions", "asks for 500 questions"),
+        ("unknown dev title", "dev title(s) ['Packet_switching', 'Black_Death', 'Geology'] are not articles"),
     ],
 )
 def test_cli_user_errors_are_one_line_and_exit_2_before_writing(tokenizer, tmp_path, capsys, problem, message):
@@ -273,6 +416,7 @@ def test_cli_user_errors_are_one_line_and_exit_2_before_writing(tokenizer, tmp_p
         "--tokenizer": str(tmp_path / "tokenizer"),
         "--output_dir": str(output_dir),
         "--sets": "paragraph",
+        "--dev_titles": "none",
     }
     if problem == "existing output":
         output_dir.mkdir()
@@ -283,6 +427,8 @@ def test_cli_user_errors_are_one_line_and_exit_2_before_writing(tokenizer, tmp_p
         arguments["--squad_file"] = str(tmp_path / "missing.json.gz")
     elif problem == "unknown set":
         arguments["--sets"] = "sweeps"
+    elif problem == "unknown dev title":
+        del arguments["--dev_titles"]  # the defaults are articles of SQuAD v1.1 dev, not of the sample's first half
     else:
         arguments.update({"--sets": "sweep", "--sweep_questions": "500"})
     with pytest.raises(SystemExit) as exit_info:

@@ -6,6 +6,7 @@ import importlib.util
 import json
 import random
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,7 +29,10 @@ from blockbert_experiments.qa_comparison import (
     write_report,
 )
 from blockbert_experiments.qa_comparison import runner as comparison_runner
-from blockbert_experiments.qa_comparison.layout import training_file
+from blockbert_experiments.qa_comparison.grid import RECIPE_GRID, cell_recipe
+from blockbert_experiments.qa_comparison.layout import cell_sets, training_file
+from blockbert_experiments.qa_comparison.recipe_report import recipe_choice
+from blockbert_experiments.qa_comparison.steps import convert_args, train_args
 from blockbert_hf.qa import SquadMetric, load_qa_dataset
 
 
@@ -70,6 +74,87 @@ def test_grid_runs_in_reverse_drop_order_and_cells_select_a_subset_in_that_order
     # the two seeds of a row share one converted model
     assert GRID[0].model_name == GRID[2].model_name and GRID[1].model_name == GRID[3].model_name
     assert GRID[4].model_name == GRID[5].model_name and GRID[5].training_set == "paragraphs"
+
+
+def test_the_recipe_grid_screens_each_learning_rate_for_one_epoch_on_the_dev_articles():
+    assert sorted(cell_recipe(ComparisonConfig(), cell).learning_rate for cell in RECIPE_GRID) == [
+        5e-5,
+        1e-4,
+        2e-4,
+        3e-4,
+    ]
+    config = ComparisonConfig(learning_rate=1.0, num_train_epochs=9.0, negative_window_rate=1.0)
+    for cell in RECIPE_GRID:
+        recipe = cell_recipe(config, cell)  # the cell's own values replace the run's
+        assert (recipe.num_train_epochs, recipe.negative_window_rate) == (1.0, 0.08)
+        assert (cell.training_set, cell.eval_half, cell.attention_pattern) == ("train_article", "dev", "full")
+    assert cell_recipe(config, GRID[0]).learning_rate == 1.0  # a comparison cell follows the run's recipe
+    manifest = {
+        "sets": {
+            "train_article": {"file": "train_article.json", "half": "first", "questions": 10, "target_tokens": None},
+            "dev_article": {"file": "dev_article.json", "half": "dev", "questions": 3, "target_tokens": None},
+            "article": {"file": "article.json", "half": "second", "questions": 3, "target_tokens": None},
+        }
+    }
+    assert cell_sets(manifest, ["dev_article", "article"], RECIPE_GRID[0]) == ["dev_article"]
+    assert cell_sets(manifest, ["dev_article", "article"], GRID[0]) == ["article"]
+    args = train_args(config, RECIPE_GRID[0], manifest, train_minutes=10.0)
+    options = dict(zip(args[::1], args[1::1]))
+    assert options["--learning_rate"] == str(RECIPE_GRID[0].learning_rate) and options["--num_train_epochs"] == "1.0"
+    assert options["--negative_window_rate"] == "0.08" and options["--train_file"].endswith("train_article.json")
+
+
+def test_a_cell_may_lay_out_windows_in_blocks_count_positions_per_block_and_evaluate_every_epoch():
+    manifest = {
+        "sets": {
+            "train_article": {"file": "train_article.json", "half": "first", "questions": 10, "target_tokens": None},
+            "dev_article": {"file": "dev_article.json", "half": "dev", "questions": 3, "target_tokens": None},
+        }
+    }
+    cell = Cell(
+        "dev_long", 1024, "blockwise", 2, "10:2", train_set="train_article", eval_half="dev",
+        window_layout="question_prefixed_blocks", block_relative_positions=True, epoch_eval_set="dev_article",
+    )  # fmt: skip
+    plain = Cell("dev_plain", 1024, "blockwise", 2, "10:2", train_set="train_article", eval_half="dev")
+    assert cell.model_name == "blockwise-N1024-n2-10_2-block-relative" != plain.model_name
+    config = ComparisonConfig()
+    assert "--block_relative_positions" in convert_args(config, cell, Path("source"))
+    assert "--block_relative_positions" not in convert_args(config, plain, Path("source"))
+    args = train_args(config, cell, manifest, train_minutes=10.0)
+    options = dict(zip(args, args[1:]))
+    assert options["--window_layout"] == "question_prefixed_blocks" and options["--eval_strategy"] == "epoch"
+    assert "--do_eval" in args and options["--validation_file"].endswith("dev_article.json")
+    plain_args = train_args(config, plain, manifest, train_minutes=10.0)
+    assert "--window_layout" not in plain_args and "--do_eval" not in plain_args
+
+
+def _screened(learning_rate: float, dev_f1: dict[str, dict[str, float]]) -> dict:
+    """A screening cell's results as the recipe report reads them: dev F1 per set and window scoring rule."""
+    sets = {
+        name: {"by_window_scoring": {rule: {"f1": f1} for rule, f1 in rules.items()}} for name, rules in dev_f1.items()
+    }
+    return {"recipe": {"learning_rate": learning_rate}, "sets": sets}
+
+
+def test_the_recipe_choice_takes_the_best_mean_dev_f1_and_the_better_rule_on_whole_articles():
+    def cell(rate, paragraph, window, article_relative, article_raw):
+        return _screened(
+            rate,
+            {
+                "dev_paragraph": {"null_relative": paragraph, "raw": paragraph},
+                "dev_window_512": {"null_relative": window, "raw": window},
+                "dev_article": {"null_relative": article_relative, "raw": article_raw},
+            },
+        )
+
+    results = {
+        "a": cell(5e-5, 50.0, 45.0, 30.0, 20.0),
+        "b": cell(1e-4, 60.0, 55.0, 20.0, 35.0),  # best mean under null_relative (45.0); raw wins on articles
+        "c": cell(2e-4, 40.0, 40.0, 50.0, 10.0),  # best on articles alone: not the rule
+    }
+    assert recipe_choice(results) is None  # a screening run has no results yet
+    results["d"] = cell(3e-4, 10.0, 10.0, 10.0, 10.0)
+    assert recipe_choice(results) == {"cell": "b", "learning_rate": 1e-4, "window_scoring": "raw"}
 
 
 def test_batch_sizes_keep_the_effective_batch_at_every_length():
@@ -168,7 +253,14 @@ def tiny_setup(tokenizer, tmp_path_factory):
     )
     RobertaModel(config).save_pretrained(source)
     tokenizer.save_pretrained(source)
-    sets = LongContextConfig(train_lengths=[512], sweep_lengths=[512, 1024], sweep_questions=4, article_questions=3)
+    sets = LongContextConfig(
+        sets=["train", "paragraph", "sweep", "article"],
+        train_lengths=[512],
+        sweep_lengths=[512, 1024],
+        sweep_questions=4,
+        article_questions=3,
+        dev_titles=[],
+    )
     build_long_context_sets(SQUAD_SAMPLE, root / "data", tokenizer, sets)
     return root
 
@@ -207,6 +299,9 @@ def test_run_end_to_end_then_resume_redoes_only_what_is_missing(tiny_setup, monk
         assert measured["questions"] == 3 and measured["peak_rss_mb"] > 0 and measured["seconds_per_question"] >= 0
         # the per-question scores average to what run_qa's metric reported
         assert (measured["exact_match"], measured["f1"]) == (measured["metric_exact_match"], measured["metric_f1"])
+        # the same logits scored under every window scoring rule; the run's rule is the one reported
+        assert set(measured["by_window_scoring"]) == {"raw", "null_relative"} and measured["eval_loss"] > 0
+        assert measured["by_window_scoring"][measured["window_scoring"]]["f1"] == measured["f1"]
     assert (
         results["recipe"]["per_device_train_batch_size"] == 2 and results["recipe"]["gradient_accumulation_steps"] == 2
     )

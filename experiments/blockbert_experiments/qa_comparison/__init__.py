@@ -21,8 +21,9 @@ table), `steps` (the scripts' arguments, running one step), `runner` (the resuma
 
 from .grid import BASELINE, GRID, PARAGRAPHS, Cell, ComparisonConfig, batch_sizes, select_cells
 from .plan import CellPlan, format_plan, plan_comparison
+from .recipe_report import write_recipe_report
 from .report import write_report
-from .runner import run_comparison
+from .runner import run_comparison, write_grid_report
 from .scores import paired_article_bootstrap, question_scores
 
 
@@ -40,5 +41,7 @@ __all__ = [
     "question_scores",
     "run_comparison",
     "select_cells",
+    "write_grid_report",
+    "write_recipe_report",
     "write_report",
 ]

@@ -1,6 +1,7 @@
-"""The grid of the QA comparison and its one recipe: `Cell` (a model configuration, a fine-tuning seed and a training
-set), `GRID` in priority order, `ComparisonConfig` (folders, the recipe, the report's settings) and the batch sizes
-the recipe gives at each N."""
+"""The grids of the QA experiments and their recipe: `Cell` (a model configuration, a fine-tuning seed, a training set
+and, where a cell differs from the run's recipe, its own learning rate, epochs or negative window rate), `GRID` (the
+comparison) and `RECIPE_GRID` (the choice of the fine-tuning recipe on the dev articles) in priority order,
+`ComparisonConfig` (folders, the recipe, the report's settings) and the batch sizes the recipe gives at each N."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -8,12 +9,17 @@ from dataclasses import dataclass, field
 
 BASELINE = "n512_full_seed0"
 PARAGRAPHS = "paragraphs"  # training set of the ablation: the first half's questions with their paragraph as context
+HALVES = ("second", "dev")  # what a cell is evaluated on: the test half, or the dev articles (recipe choice)
 
 
 @dataclass(frozen=True)
 class Cell:
     """One configuration of the grid: the model (pattern, N, n, heads per shift), the fine-tuning seed and the training
-    set (`train_<N>` unless `train_set` says otherwise; `"paragraphs"`: the first half as it is)."""
+    set (`train_<N>` unless `train_set` says otherwise; `"paragraphs"`: the first half as it is). `learning_rate`,
+    `num_train_epochs` and `negative_window_rate` override the run's recipe where set; `eval_half` is the half whose
+    sets the cell is evaluated on (`"second"`: the test sets, `"dev"`: the dev articles). `window_layout` and
+    `block_relative_positions` are how its windows are laid out and its positions counted; `epoch_eval_set`, a set
+    evaluated after every training epoch (loss, EM, F1 in the training log)."""
 
     name: str
     max_seq_length: int
@@ -22,6 +28,13 @@ class Cell:
     heads_per_shift: str | None = None
     seed: int = 0
     train_set: str | None = None
+    learning_rate: float | None = None
+    num_train_epochs: float | None = None
+    negative_window_rate: float | None = None
+    eval_half: str = "second"
+    window_layout: str = "question_first"
+    block_relative_positions: bool = False
+    epoch_eval_set: str | None = None
 
     @property
     def training_set(self) -> str:
@@ -33,6 +46,8 @@ class Cell:
         name = f"{self.attention_pattern}-N{self.max_seq_length}"
         if self.attention_pattern == "blockwise":
             name += f"-n{self.num_blocks}-{(self.heads_per_shift or 'default').replace(':', '_')}"
+        if self.block_relative_positions:
+            name += "-block-relative"
         return name
 
     @property
@@ -70,6 +85,31 @@ GRID: tuple[Cell, ...] = (
 )
 
 
+# The choice of the fine-tuning recipe (full attention at N = 512 from all-MiniLM-L6-v2): one-epoch screening runs of
+# each learning rate, trained on the first half's questions with their whole article as context (every window that
+# holds the answer, and windows without it sampled at SCREENING_NEGATIVE_RATE: about one per answer window), evaluated
+# on the dev articles. The most likely rates for a small encoder come first.
+SCREENING_LEARNING_RATES = (1e-4, 2e-4, 5e-5, 3e-4)
+SCREENING_NEGATIVE_RATE = 0.08
+
+
+def _screening(learning_rate: float) -> Cell:
+    return Cell(
+        f"dev_n512_full_lr{learning_rate:g}",
+        512,
+        "full",
+        train_set="train_article",
+        learning_rate=learning_rate,
+        num_train_epochs=1.0,
+        negative_window_rate=SCREENING_NEGATIVE_RATE,
+        eval_half="dev",
+    )
+
+
+RECIPE_GRID: tuple[Cell, ...] = tuple(_screening(rate) for rate in SCREENING_LEARNING_RATES)
+GRIDS = {"comparison": GRID, "recipe": RECIPE_GRID}
+
+
 @dataclass
 class ComparisonConfig:
     """What `run_comparison`, `plan_comparison` and `write_report` need; `experiments/qa_comparison.py` parses it."""
@@ -93,18 +133,33 @@ class ComparisonConfig:
     results_dir: str = field(
         default="docs/qa_comparison", metadata={"help": "small result files, the report and the plot"}
     )
+    grid: str = field(
+        default="comparison",
+        metadata={
+            "help": "which grid: comparison (the attention configurations on the test half) or recipe (the "
+            "learning-rate screening on the dev articles)"
+        },
+    )
     cells: list[str] = field(
         default_factory=list,
-        metadata={"help": f"run only these cells (default all): {', '.join(c.name for c in GRID)}"},
+        metadata={
+            "help": "run only these cells (default all): "
+            + "; ".join(f"{name}: {', '.join(c.name for c in cells)}" for name, cells in GRIDS.items())
+        },
     )
     test_sets: list[str] = field(
         default_factory=list, metadata={"help": "evaluate only these sets (default: every test set of data_dir)"}
     )
     dry_run: bool = field(default=False, metadata={"help": "print the plan with time estimates and stop"})
     threads: int = field(default=2, metadata={"help": "CPU threads of each step (OMP_NUM_THREADS)"})
-    # ---- the recipe, the same for every cell
-    learning_rate: float = 5e-5
+    # ---- the recipe, the same for every cell (a cell may set its own learning rate, epochs and negative rate)
+    learning_rate: float = field(
+        default=5e-5, metadata={"help": "chosen on the dev articles from 5e-5, 1e-4, 2e-4, 3e-4 (--grid recipe)"}
+    )
     num_train_epochs: float = 1.0
+    negative_window_rate: float = field(
+        default=1.0, metadata={"help": "share of the training windows without the answer that are kept"}
+    )
     effective_batch_size: int = field(default=32, metadata={"help": "windows per optimizer step"})
     warmup_ratio: float = 0.1
     attention_probs_dropout_prob: float = field(
@@ -118,7 +173,8 @@ class ComparisonConfig:
     )
     eval_tokens_per_batch: int = field(default=16384, metadata={"help": "evaluation batch = this // N windows"})
     checkpoint_minutes: float = field(default=5.0, metadata={"help": "about this much training between checkpoints"})
-    mixed_precision: str = "no"
+    mixed_precision: str = field(default="no", metadata={"help": "of fine-tuning: no or bf16 (autocast)"})
+    eval_mixed_precision: str = field(default="no", metadata={"help": "of evaluation: no or bf16"})
     max_train_samples: int | None = field(default=None, metadata={"help": "only the first K training questions"})
     max_eval_samples: int | None = field(default=None, metadata={"help": "only the first K questions of each set"})
     # ---- the report
@@ -128,6 +184,30 @@ class ComparisonConfig:
     in_process: bool = field(
         default=False, metadata={"help": "run the steps in this process (tests; memory is then not per step)"}
     )
+
+
+def grid_cells(config: ComparisonConfig) -> tuple[Cell, ...]:
+    """The cells of `config.grid`."""
+    if config.grid not in GRIDS:
+        raise ValueError(f"--grid {config.grid!r} is unknown: choose among {', '.join(GRIDS)}.")
+    return GRIDS[config.grid]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """The fine-tuning recipe of one cell: the run's, with the cell's own values where it sets them."""
+
+    learning_rate: float
+    num_train_epochs: float
+    negative_window_rate: float
+
+
+def cell_recipe(config: ComparisonConfig, cell: Cell) -> Recipe:
+    def chosen(name: str):
+        value = getattr(cell, name)
+        return getattr(config, name) if value is None else value
+
+    return Recipe(chosen("learning_rate"), chosen("num_train_epochs"), chosen("negative_window_rate"))
 
 
 def select_cells(names: Sequence[str], grid: Sequence[Cell] = GRID) -> list[Cell]:

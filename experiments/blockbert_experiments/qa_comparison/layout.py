@@ -4,7 +4,7 @@ results folder, and the names the recorded commands give the folders outside the
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,7 +12,7 @@ from blockbert_hf.qa.data import split_squad_articles
 from blockbert_hf.saving import sha256_of_file
 
 from ..minilm import MINILM_VARIABLE, installed_minilm
-from .grid import PARAGRAPHS, Cell, ComparisonConfig
+from .grid import HALVES, PARAGRAPHS, Cell, ComparisonConfig
 
 
 MEASUREMENTS_FILE = "measurements.json"  # written by the driver once an evaluation has finished: its completion mark
@@ -66,12 +66,18 @@ def read_manifest(config: ComparisonConfig) -> dict:
 
 
 def test_set_names(config: ComparisonConfig, manifest: Mapping) -> list[str]:
-    """The sets to evaluate on: the second half's sets of the manifest (or `config.test_sets`), in manifest order."""
-    available = [name for name, entry in manifest["sets"].items() if entry["half"] == "second"]
+    """The sets to evaluate on: the second half's and the dev articles' sets of the manifest (or `config.test_sets`),
+    in manifest order; each cell is evaluated on those of its `eval_half` (`cell_sets`)."""
+    available = [name for name, entry in manifest["sets"].items() if entry["half"] in HALVES]
     unknown = [name for name in config.test_sets if name not in available]
     if unknown:
         raise ValueError(f"Unknown test set(s) {unknown}: {config.data_dir} has {', '.join(available)}.")
     return [name for name in available if not config.test_sets or name in config.test_sets]
+
+
+def cell_sets(manifest: Mapping, test_sets: Sequence[str], cell: Cell) -> list[str]:
+    """The sets of `test_sets` a cell is evaluated on: those of its `eval_half`."""
+    return [name for name in test_sets if manifest["sets"][name]["half"] == cell.eval_half]
 
 
 def training_file(config: ComparisonConfig, cell: Cell, manifest: Mapping, create: bool = False) -> Path:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from blockbert_hf.training import list_checkpoints
 
-from .grid import GRID, PARAGRAPHS, Cell, ComparisonConfig, batch_sizes, select_cells
-from .layout import MEASUREMENTS_FILE, CellLayout, is_saved_model, read_json, read_manifest, test_set_names
+from .grid import PARAGRAPHS, Cell, ComparisonConfig, batch_sizes, cell_recipe, grid_cells, select_cells
+from .layout import MEASUREMENTS_FILE, CellLayout, cell_sets, is_saved_model, read_json, read_manifest, test_set_names
 
 
 # Seconds per window of N tokens with 2 threads, from the n512_full_seed0 cell's results
@@ -19,6 +19,7 @@ from .layout import MEASUREMENTS_FILE, CellLayout, is_saved_model, read_json, re
 TRAIN_SECONDS_PER_WINDOW = {512: 0.38}
 EVAL_SECONDS_PER_WINDOW = {512: 0.135}
 WINDOWS_PER_QUESTION = 1.12  # filled training contexts: about 12% of the questions span two windows
+ANSWER_WINDOWS_PER_QUESTION = 1.35  # whole-article contexts at N = 512, doc_stride 128: windows holding the answer
 PARAGRAPH_TOKENS = 175  # median SQuAD paragraph plus question, in wordpieces
 QUESTION_TOKENS = 20  # a question and the special tokens
 
@@ -38,15 +39,31 @@ def estimated_steps(config: ComparisonConfig, cell: Cell, manifest: Mapping) -> 
     questions = entry["questions"] if entry else first_half  # the paragraphs set: every first-half question
     if config.max_train_samples is not None:
         questions = min(questions, config.max_train_samples)
-    windows = questions * (1.0 if cell.training_set == PARAGRAPHS else WINDOWS_PER_QUESTION)
-    return max(1, math.ceil(config.num_train_epochs * windows / config.effective_batch_size))
+    recipe = cell_recipe(config, cell)
+    if cell.training_set == PARAGRAPHS:
+        windows_per_question = 1.0
+    elif entry and entry["target_tokens"] is None:  # whole articles: answer windows plus sampled negatives
+        stats = (read_json(Path(config.data_dir) / "stats.json") or {}).get(cell.training_set, {})
+        step = max(1, cell.max_seq_length - QUESTION_TOKENS - config.doc_stride)
+        windows = math.ceil(stats.get("median", cell.max_seq_length) / step)
+        negatives = max(0.0, windows - ANSWER_WINDOWS_PER_QUESTION) * recipe.negative_window_rate
+        windows_per_question = ANSWER_WINDOWS_PER_QUESTION + negatives
+    else:
+        windows_per_question = WINDOWS_PER_QUESTION
+    windows = questions * windows_per_question
+    return max(1, math.ceil(recipe.num_train_epochs * windows / config.effective_batch_size))
 
 
 def _measured_train_minutes(config: ComparisonConfig, cell: Cell) -> float | None:
     """The mean train time of finished cells with the same N and training set, from their results files."""
     minutes = []
-    for other in GRID:
-        if (other.max_seq_length, other.training_set) != (cell.max_seq_length, cell.training_set):
+    for other in grid_cells(config):
+        same_work = (other.max_seq_length, other.training_set, cell_recipe(config, other)) == (
+            cell.max_seq_length,
+            cell.training_set,
+            cell_recipe(config, cell),
+        )
+        if not same_work:
             continue
         results = read_json(CellLayout(config, other).results / "results.json")
         if results and results.get("train", {}).get("finished"):
@@ -101,14 +118,15 @@ def plan_cell(config: ComparisonConfig, cell: Cell, manifest: Mapping, test_sets
         train_minutes = estimate * max(0.0, 1 - step / estimated_steps(config, cell, manifest))
     else:
         train, train_minutes = "start", estimate
+    test_sets = cell_sets(manifest, test_sets, cell)
     missing = [name for name in test_sets if not (layout.eval(name) / MEASUREMENTS_FILE).is_file()]
     eval_minutes = sum(estimated_eval_minutes(config, cell, manifest, name) for name in missing)
     return CellPlan(cell, not is_saved_model(layout.model), train, missing, train_minutes, eval_minutes)
 
 
-def plan_comparison(config: ComparisonConfig, grid: Sequence[Cell] = GRID) -> list[CellPlan]:
-    """The plan of every selected cell, in priority order."""
-    cells = select_cells(config.cells, grid)  # an unknown cell name is the first thing to report
+def plan_comparison(config: ComparisonConfig, grid: Sequence[Cell] | None = None) -> list[CellPlan]:
+    """The plan of every selected cell of `grid` (default: `config.grid`'s), in priority order."""
+    cells = select_cells(config.cells, grid_cells(config) if grid is None else grid)  # unknown names: reported first
     manifest = read_manifest(config)
     test_sets = test_set_names(config, manifest)
     return [plan_cell(config, cell, manifest, test_sets) for cell in cells]

@@ -13,10 +13,20 @@ from blockbert_benchmarks.measuring.machine import recorded_path
 from blockbert_hf.saving import sha256_of_file, write_json_atomically
 from blockbert_hf.training import list_checkpoints, read_metrics
 
-from .grid import GRID, PARAGRAPHS, Cell, ComparisonConfig, batch_sizes, eval_batch_size, select_cells
+from .grid import (
+    PARAGRAPHS,
+    Cell,
+    ComparisonConfig,
+    batch_sizes,
+    cell_recipe,
+    eval_batch_size,
+    grid_cells,
+    select_cells,
+)
 from .layout import (
     MEASUREMENTS_FILE,
     CellLayout,
+    cell_sets,
     check_squad_source,
     is_saved_model,
     read_json,
@@ -27,6 +37,7 @@ from .layout import (
     training_file,
 )
 from .plan import estimated_train_minutes
+from .recipe_report import write_recipe_report
 from .report import write_report
 from .scores import ids_digest, question_scores, set_questions
 from .steps import StepFailed, check_step, command_line, convert_args, eval_args, run_step, train_args
@@ -81,9 +92,10 @@ def _evaluate(
 
 
 def run_cell(config: ComparisonConfig, cell: Cell, manifest: Mapping, test_sets: Sequence[str], source: Path) -> None:
-    """Converts (unless cached), fine-tunes (unless done; resuming from a checkpoint) and evaluates on the sets without
-    results, then writes the cell's results files."""
+    """Converts (unless cached), fine-tunes (unless done; resuming from a checkpoint) and evaluates on the sets of its
+    half without results, then writes the cell's results files."""
     layout = CellLayout(config, cell)
+    test_sets = cell_sets(manifest, test_sets, cell)
     names = recorded_names(config, source)
     if not is_saved_model(layout.model):
         args = convert_args(config, cell, source)
@@ -97,9 +109,11 @@ def run_cell(config: ComparisonConfig, cell: Cell, manifest: Mapping, test_sets:
     write_cell_results(config, cell, manifest, test_sets, source)
 
 
-def run_comparison(config: ComparisonConfig, grid: Sequence[Cell] = GRID) -> list[str]:
-    """Runs the selected cells in priority order, writing each cell's results and the report as it goes; a failing
-    cell is logged and skipped. Returns the names of the cells that failed."""
+def run_comparison(config: ComparisonConfig, grid: Sequence[Cell] | None = None) -> list[str]:
+    """Runs the selected cells of `grid` (default: `config.grid`'s) in priority order, writing each cell's results
+    and, for the comparison, the report as it goes; a failing cell is logged and skipped. Returns the names of the
+    cells that failed."""
+    grid = grid_cells(config) if grid is None else grid
     cells = select_cells(config.cells, grid)  # an unknown cell name is the first thing to report
     manifest = read_manifest(config)
     test_sets = test_set_names(config, manifest)
@@ -117,8 +131,15 @@ def run_comparison(config: ComparisonConfig, grid: Sequence[Cell] = GRID) -> lis
         except StepFailed as error:
             logger.error(f"Cell {cell.name} failed ({error}); going on with the next cell.")
             failed.append(cell.name)
-        write_report(config, grid)
+        write_grid_report(config, grid)
     return failed
+
+
+def write_grid_report(config: ComparisonConfig, grid: Sequence[Cell] | None = None) -> dict:
+    """The report of `config.grid`: the comparison's (`write_report`) or the recipe choice's (`write_recipe_report`)."""
+    if config.grid == "recipe":
+        return write_recipe_report(config)
+    return write_report(config, grid_cells(config) if grid is None else grid)
 
 
 def _update_questions_file(config: ComparisonConfig, questions: Mapping[str, dict]) -> None:
@@ -145,12 +166,21 @@ def _set_results(config: ComparisonConfig, cell: Cell, manifest: Mapping, test_s
     ids = [qid for qid, _ in scored]
     if ids != questions["ids"][: len(ids)]:
         raise ValueError(f"{folder}: the predicted questions are not the first questions of {test_set}.")
+    # The answers under every window scoring rule (the same logits), for the comparison of the rules.
+    by_rule = read_json(folder / "eval_predictions_by_window_scoring.json") or {}
+    rule_scores = {rule: question_scores(answers, scored) for rule, answers in by_rule.items()}
     summary = {
         "target_tokens": manifest["sets"][test_set]["target_tokens"],
+        "window_scoring": metrics.get("window_scoring", "raw"),
         "exact_match": round(100 * float(np.mean(exact)), 2),
         "f1": round(100 * float(np.mean(f1)), 2),
+        "by_window_scoring": {
+            rule: {"exact_match": round(100 * float(np.mean(em)), 2), "f1": round(100 * float(np.mean(f)), 2)}
+            for rule, (em, f) in rule_scores.items()
+        },
         "metric_exact_match": round(metrics["exact_match"], 2),
         "metric_f1": round(metrics["f1"], 2),
+        "eval_loss": None if metrics.get("eval_loss") is None else round(metrics["eval_loss"], 4),
         "questions": len(ids),
         "windows": metrics.get("eval_features"),
         "eval_seconds": metrics.get("eval_seconds"),
@@ -162,6 +192,10 @@ def _set_results(config: ComparisonConfig, cell: Cell, manifest: Mapping, test_s
         "eval_batch_size": eval_batch_size(config, cell.max_seq_length),
     }
     scores = {"ids_sha256": ids_digest(ids), "em": exact, "f1": [round(value, 4) for value in f1]}
+    if rule_scores:
+        scores["by_window_scoring"] = {
+            rule: {"em": em, "f1": [round(value, 4) for value in f]} for rule, (em, f) in rule_scores.items()
+        }
     return summary, scores
 
 
@@ -188,6 +222,8 @@ def write_cell_results(
 ) -> dict:
     """Writes `<results_dir>/<cell>/results.json` and `scores.json` from the work folder (atomically)."""
     layout = CellLayout(config, cell)
+    test_sets = cell_sets(manifest, test_sets, cell)
+    recipe = cell_recipe(config, cell)
     done = [name for name in test_sets if (layout.eval(name) / MEASUREMENTS_FILE).is_file()]
     questions = {name: set_questions(Path(config.data_dir) / manifest["sets"][name]["file"]) for name in done}
     _update_questions_file(config, questions)
@@ -213,8 +249,11 @@ def write_cell_results(
         "cell": asdict(cell),
         "label": cell.label,
         "recipe": {
-            "learning_rate": config.learning_rate,
-            "num_train_epochs": config.num_train_epochs,
+            "learning_rate": recipe.learning_rate,
+            "num_train_epochs": recipe.num_train_epochs,
+            "negative_window_rate": recipe.negative_window_rate,
+            "mixed_precision": config.mixed_precision,
+            "eval_mixed_precision": config.eval_mixed_precision,
             "effective_batch_size": config.effective_batch_size,
             "per_device_train_batch_size": per_device,
             "gradient_accumulation_steps": accumulation,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from blockbert_benchmarks.measuring.machine import recorded_command
 
-from .grid import Cell, ComparisonConfig, batch_sizes, eval_batch_size
+from .grid import Cell, ComparisonConfig, batch_sizes, cell_recipe, eval_batch_size
 from .layout import CellLayout, command_path, training_file
 from .plan import estimated_steps
 
@@ -33,12 +33,15 @@ def convert_args(config: ComparisonConfig, cell: Cell, source: Path) -> list[str
     args += ["--attention_pattern", cell.attention_pattern, "--num_blocks", str(cell.num_blocks)]
     if cell.heads_per_shift:
         args += ["--heads", cell.heads_per_shift]
+    if cell.block_relative_positions:
+        args.append("--block_relative_positions")
     return args
 
 
 def train_args(config: ComparisonConfig, cell: Cell, manifest: Mapping, train_minutes: float) -> list[str]:
     """The `examples/run_qa.py` arguments of a cell's fine-tuning (without `--resume`)."""
     layout = CellLayout(config, cell)
+    recipe = cell_recipe(config, cell)
     per_device, accumulation = batch_sizes(config, cell.max_seq_length)
     steps = estimated_steps(config, cell, manifest)
     checkpoint_every = max(1, math.floor(steps * config.checkpoint_minutes / max(train_minutes, 1e-9)))
@@ -50,8 +53,9 @@ def train_args(config: ComparisonConfig, cell: Cell, manifest: Mapping, train_mi
         "--seed", str(cell.seed),
         "--max_seq_length", str(cell.max_seq_length),
         "--doc_stride", str(config.doc_stride),
-        "--num_train_epochs", str(config.num_train_epochs),
-        "--learning_rate", str(config.learning_rate),
+        "--num_train_epochs", str(recipe.num_train_epochs),
+        "--learning_rate", str(recipe.learning_rate),
+        "--negative_window_rate", str(recipe.negative_window_rate),
         "--warmup_ratio", str(config.warmup_ratio),
         "--attention_probs_dropout_prob", str(config.attention_probs_dropout_prob),
         "--per_device_train_batch_size", str(per_device),
@@ -61,6 +65,14 @@ def train_args(config: ComparisonConfig, cell: Cell, manifest: Mapping, train_mi
         "--save_total_limit", "1",
         "--mixed_precision", config.mixed_precision,
     ]  # fmt: skip
+    if cell.window_layout != "question_first":
+        args += ["--window_layout", cell.window_layout]
+    if cell.epoch_eval_set is not None:
+        args += [
+            "--do_eval", "--eval_strategy", "epoch",
+            "--validation_file", command_path(Path(config.data_dir) / manifest["sets"][cell.epoch_eval_set]["file"]),
+            "--per_device_eval_batch_size", str(eval_batch_size(config, cell.max_seq_length)),
+        ]  # fmt: skip
     if config.max_train_samples is not None:
         args += ["--max_train_samples", str(config.max_train_samples)]
     return args
@@ -77,7 +89,7 @@ def eval_args(config: ComparisonConfig, cell: Cell, manifest: Mapping, test_set:
         "--max_seq_length", str(cell.max_seq_length),
         "--doc_stride", str(config.doc_stride),
         "--per_device_eval_batch_size", str(eval_batch_size(config, cell.max_seq_length)),
-        "--mixed_precision", config.mixed_precision,
+        "--mixed_precision", config.eval_mixed_precision,
     ]  # fmt: skip
     if config.max_eval_samples is not None:
         args += ["--max_eval_samples", str(config.max_eval_samples)]

@@ -1,0 +1,126 @@
+"""The report of the recipe choice (`--grid recipe`): one-epoch screening runs of each learning rate, evaluated on the
+dev articles under both window scoring rules. `README.md` in the results folder: the rule of the choice (fixed before
+any run), the table, what was chosen, and the commands."""
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+
+from blockbert_hf.pipeline_question_answering import WINDOW_SCORING_RULES
+from blockbert_hf.saving import write_file_atomically
+
+from .grid import RECIPE_GRID, SCREENING_NEGATIVE_RATE, ComparisonConfig
+from .report import _table, load_results
+
+
+logger = logging.getLogger(__name__)
+
+DEV_SETS = ("dev_paragraph", "dev_window_512", "dev_article")
+CHOICE_RULE = (
+    "The learning rate is the one with the highest dev F1 averaged over the three dev sets (each question's own "
+    "paragraph, its context filled to one 512-token window, and its whole article) under the null-relative window "
+    "scoring; the window scoring rule is the one with the higher whole-article dev F1 at that learning rate. Both "
+    "rules were fixed before any run. The test half is not read."
+)
+
+
+def _final_loss(results: Mapping) -> float | None:
+    """The mean training loss over the last fifth of the logged intervals (the end of the epoch)."""
+    curve = results["train"].get("loss_curve") or []
+    if not curve:
+        return None
+    tail = curve[-max(1, len(curve) // 5) :]
+    return sum(point["loss"] for point in tail) / len(tail)
+
+
+def _mean_f1(results: Mapping, rule: str) -> float | None:
+    values = [results["sets"][name].get("by_window_scoring", {}).get(rule, {}).get("f1") for name in DEV_SETS]
+    return None if any(value is None for value in values) else sum(values) / len(values)
+
+
+def _row(name: str, results: Mapping) -> list[str]:
+    recipe, train = results.get("recipe", {}), results["train"]
+    loss = _final_loss(results)
+    cells = [
+        name,
+        f"{recipe.get('learning_rate', float('nan')):g}",
+        f"{recipe.get('num_train_epochs', float('nan')):g}",
+        "-" if loss is None else f"{loss:.3f}",
+        f"{train['seconds'] / 60:.0f}" if train["finished"] else "running",
+    ]
+    for set_name in DEV_SETS:
+        measured = results["sets"].get(set_name)
+        if measured is None:
+            cells += ["-"] * (len(WINDOW_SCORING_RULES) + 1)
+            continue
+        by_rule = measured.get("by_window_scoring", {})
+        cells += [f"{by_rule[rule]['f1']:.1f}" if rule in by_rule else "-" for rule in WINDOW_SCORING_RULES]
+        cells.append("-" if measured.get("eval_loss") is None else f"{measured['eval_loss']:.3f}")
+    mean = _mean_f1(results, "null_relative")
+    return [*cells, "-" if mean is None else f"{mean:.1f}"]
+
+
+def recipe_choice(results: Mapping[str, Mapping]) -> dict | None:
+    """The learning rate and window scoring rule `CHOICE_RULE` picks, once every screening cell has its dev
+    results; None before."""
+    finished = {name: entry for name, entry in results.items() if _mean_f1(entry, "null_relative") is not None}
+    if len(finished) < len(RECIPE_GRID):
+        return None
+    best = max(finished, key=lambda name: _mean_f1(finished[name], "null_relative"))
+    article = finished[best]["sets"]["dev_article"]["by_window_scoring"]
+    rule = max(WINDOW_SCORING_RULES, key=lambda r: article[r]["f1"])
+    return {"cell": best, "learning_rate": finished[best]["recipe"]["learning_rate"], "window_scoring": rule}
+
+
+def write_recipe_report(config: ComparisonConfig) -> dict:
+    """Writes `README.md` of the recipe choice into the results folder from the screening cells' results."""
+    results = load_results(config, RECIPE_GRID)
+    header = ["cell", "lr", "epochs", "final train loss", "train min"]
+    for set_name in DEV_SETS:
+        header += [f"{set_name} F1 ({rule})" for rule in WINDOW_SCORING_RULES] + [f"{set_name} loss"]
+    header.append("mean F1 (null_relative)")
+    rows = [_row(name, entry) for name, entry in results.items()]
+    choice = recipe_choice(results)
+    pending = [cell.name for cell in RECIPE_GRID if cell.name not in results]
+    commands = "\n".join(command for entry in results.values() for command in entry["commands"])
+    text = [
+        "# Choosing the fine-tuning recipe on the dev articles",
+        "",
+        "Full attention at N = 512 from all-MiniLM-L6-v2, one epoch at each learning rate, trained on the first "
+        "half's questions (the three dev articles held out) with their whole article as context: every window that "
+        f"holds the answer, and windows without it kept at rate {SCREENING_NEGATIVE_RATE} (labelled null). Batch "
+        f"{config.effective_batch_size}, linear schedule with {config.warmup_ratio:.0%} warmup, bf16 autocast for "
+        "training, fp32 for evaluation. Each model is evaluated on the dev articles' questions, scored under both "
+        "window scoring rules (the same logits).",
+        "",
+        CHOICE_RULE,
+        "",
+        _table(header, rows) if rows else "No screening run has results yet.\n",
+        f"Still to run: {', '.join(pending)}.\n" if pending else "",
+        "**Choice**: "
+        + (
+            f"learning rate {choice['learning_rate']:g}, window scoring `{choice['window_scoring']}`."
+            if choice
+            else "not yet (every screening run needs its dev results)."
+        ),
+        "",
+        "## Commands",
+        "",
+        "```bash",
+        "python experiments/qa_comparison.py run --grid recipe --data_dir $DATA_DIR --work_dir $WORK_DIR "
+        f"--results_dir {config.results_dir} --effective_batch_size {config.effective_batch_size} "
+        f"--mixed_precision {config.mixed_precision}",
+        "python experiments/qa_comparison.py report --grid recipe "
+        f"--results_dir {config.results_dir} --effective_batch_size {config.effective_batch_size} "
+        f"--mixed_precision {config.mixed_precision}",
+        "```",
+        "",
+        "The steps each run ran:",
+        "",
+        "```bash",
+        commands,
+        "```",
+        "",
+    ]
+    write_file_atomically(Path(config.results_dir) / "README.md", "\n".join(text))
+    return {"cells": list(results), "choice": choice, "pending": pending}
