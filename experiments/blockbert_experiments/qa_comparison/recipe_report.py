@@ -75,7 +75,7 @@ def recipe_choice(results: Mapping[str, Mapping]) -> dict | None:
 def write_recipe_report(config: ComparisonConfig) -> dict:
     """Writes `README.md` of the recipe choice into the results folder from the screening cells' results."""
     results = load_results(config, RECIPE_GRID)
-    header = ["cell", "lr", "epochs", "final train loss", "train min"]
+    header = ["cell", "lr", "epochs", "final train loss", "train wall min"]
     for set_name in DEV_SETS:
         header += [f"{set_name} F1 ({rule})" for rule in WINDOW_SCORING_RULES] + [f"{set_name} loss"]
     header.append("mean F1 (null_relative)")
