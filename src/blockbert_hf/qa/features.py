@@ -67,6 +67,20 @@ def _window_labels(answers: dict, offsets: list, null_index: int) -> tuple[int, 
     return _answer_tokens(offsets, answers["answer_start"][0], answers["text"][0], null_index)
 
 
+def _example_windows(examples: dict, tokenizer, max_seq_length, doc_stride, layout, block_size) -> dict:
+    """The pipeline's windows of a batch of SQuAD-style rows (`tokenize_windows`)."""
+    return tokenize_windows(
+        tokenizer,
+        examples["question"],
+        examples["context"],
+        max_seq_length,
+        doc_stride,
+        question_ids=examples["id"],
+        layout=layout,
+        block_size=block_size,
+    )
+
+
 def keeps_negative_window(seed: int, question_id: str, window: int, rate: float) -> bool:
     """Whether the sampling of negative windows at `rate` keeps window number `window` of a question: a draw in
     [0, 1) fixed by `(seed, question_id, window)`, so the sample does not depend on batching or processes."""
@@ -97,16 +111,7 @@ def prepare_train_features(
     window layout (`tokenize_windows`)."""
     if not 0.0 <= negative_window_rate <= 1.0:
         raise ValueError(f"negative_window_rate must be in [0, 1], got {negative_window_rate}.")
-    windows = tokenize_windows(
-        tokenizer,
-        examples["question"],
-        examples["context"],
-        max_seq_length,
-        doc_stride,
-        question_ids=examples["id"],
-        layout=layout,
-        block_size=block_size,
-    )
+    windows = _example_windows(examples, tokenizer, max_seq_length, doc_stride, layout, block_size)
     names = [name for name in tokenizer.model_input_names if name in windows]
     features = {name: [] for name in [*names, "start_positions", "end_positions"]}
     first_window = {}
@@ -138,16 +143,7 @@ def prepare_eval_features(
     """Windows with their `example_id`, `null_index` and `offset_mapping` (None for tokens outside the context), and
     the training labels of every window (`start_positions`/`end_positions`), for the evaluation loss. `layout` and
     `block_size`: the window layout (`tokenize_windows`)."""
-    windows = tokenize_windows(
-        tokenizer,
-        examples["question"],
-        examples["context"],
-        max_seq_length,
-        doc_stride,
-        question_ids=examples["id"],
-        layout=layout,
-        block_size=block_size,
-    )
+    windows = _example_windows(examples, tokenizer, max_seq_length, doc_stride, layout, block_size)
     features = {name: windows[name] for name in tokenizer.model_input_names if name in windows}
     features["start_positions"], features["end_positions"] = [], []
     for sample, offsets, null_index in zip(windows["sample_index"], windows["offsets"], windows["null_index"]):
