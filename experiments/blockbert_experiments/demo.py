@@ -13,6 +13,7 @@ answering on bundled SQuAD articles (both with the repository's own scripts), th
 
 import json
 import os
+import random
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -30,10 +31,13 @@ from blockbert_benchmarks.measuring.machine import (  # noqa: F401 (the script r
 )
 from blockbert_benchmarks.measuring.memory import track_peak_memory
 from blockbert_benchmarks.measuring.timing import interleaved_medians
+from blockbert_hf import BlockBertConfig
 from blockbert_hf.conversion import REPORT_FILE, with_blockwise_fields
+from blockbert_hf.conversion.weights import extend_position_embeddings
 from blockbert_hf.modeling_blockbert import BlockBertForQuestionAnswering
 from blockbert_hf.qa import load_squad_metric, read_squad_json
-from blockbert_hf.saving import open_text, write_json_atomically
+from blockbert_hf.qa.context_filling import make_example, read_articles
+from blockbert_hf.saving import write_json_atomically
 from blockbert_hf.training import METRICS_FILE, RUN_ARGS_FILE, read_metrics
 
 
@@ -58,26 +62,48 @@ class HeldOutArticle:
         return "\n\n".join(self.paragraphs)
 
 
-def _squad_articles(path: str | os.PathLike) -> list[dict]:
-    """The `data` list of a SQuAD-format file (its rows are checked by `read_squad_json`)."""
-    read_squad_json(path)
-    with open_text(path) as handle:
-        return json.load(handle)["data"]
-
-
 def write_training_file(
-    squad_file: str | os.PathLike, held_out_title: str, output_file: str | os.PathLike, max_articles: int | None = None
+    squad_file: str | os.PathLike,
+    held_out_title: str,
+    output_file: str | os.PathLike,
+    max_articles: int | None = None,
+    max_questions: int | None = None,
+    seed: int = 0,
 ) -> dict:
-    """Writes the articles of `squad_file` other than `held_out_title` (the first `max_articles` of them) as a SQuAD
-    file to train on; returns what it holds."""
-    articles = [article for article in _squad_articles(squad_file) if article.get("title") != held_out_title]
+    """Writes the questions of `squad_file`'s articles other than `held_out_title` (the first `max_articles` of them; a
+    seeded choice of `max_questions` of their questions) as a SQuAD file whose contexts are whole articles: each
+    question's context is its article, paragraphs joined as `context_filling.make_example` joins them, so that
+    training cuts it into windows of several blocks, as the pipeline reads a long document. Returns what it holds."""
+    articles = [article for article in read_articles(squad_file) if article.title != held_out_title]
     if max_articles is not None:
         articles = articles[:max_articles]
     if not articles:
         raise ValueError(f"{squad_file} has no article other than {held_out_title!r} to train on.")
-    write_json_atomically(output_file, {"version": "1.1", "data": articles}, indent=None)
-    questions = sum(len(paragraph["qas"]) for article in articles for paragraph in article["paragraphs"])
-    return {"file": str(output_file), "articles": [article["title"] for article in articles], "questions": questions}
+    chosen = {question.id for article in articles for question in article.questions}
+    if max_questions is not None and max_questions < len(chosen):
+        chosen = set(random.Random(seed).sample(sorted(chosen), max_questions))
+    data, questions, unplaced = [], 0, 0
+    for article in articles:
+        qas, context = [], None
+        for question in article.questions:
+            if question.id not in chosen:
+                continue
+            example, dropped = make_example(article, question, 0, len(article.paragraphs))
+            unplaced += dropped
+            if example.answers:
+                context = example.context
+                answers = [{"text": answer.text, "answer_start": answer.start} for answer in example.answers]
+                qas.append({"id": question.id, "question": question.question, "answers": answers})
+        if qas:
+            data.append({"title": article.title, "paragraphs": [{"context": context, "qas": qas}]})
+            questions += len(qas)
+    write_json_atomically(output_file, {"version": "1.1", "data": data}, indent=None)
+    return {
+        "file": str(output_file),
+        "articles": [article["title"] for article in data],
+        "questions": questions,
+        "unplaced_answers": unplaced,
+    }
 
 
 def read_held_out_article(squad_file: str | os.PathLike, title: str) -> HeldOutArticle:
@@ -127,6 +153,9 @@ def training_outcome(run_folder: str | os.PathLike) -> dict:
         "batch_size": arguments["per_device_train_batch_size"] * arguments["gradient_accumulation_steps"],
         "warmup_ratio": arguments["warmup_ratio"],
         "seed": arguments["seed"],
+        "window_layout": arguments.get("window_layout"),
+        "negative_window_rate": arguments.get("negative_window_rate"),
+        "mixed_precision": arguments.get("mixed_precision"),
         "final_loss": round(losses[-1], 4) if losses else None,
     }
 
@@ -213,6 +242,28 @@ def _label(config) -> str:
     return f"BlockBERT n = {config.num_blocks} ({':'.join(map(str, config.heads_per_shift))})"
 
 
+def with_running_positions(model: BlockBertForQuestionAnswering) -> BlockBertForQuestionAnswering:
+    """`model` itself, or where its positions restart at every block, a copy (same weights) whose positions run on
+    through N over a table of N rows that repeat the trained ones, as the converter's `--max_seq_length` makes them.
+    Full attention has a single block, so this is how it reads N tokens; where b is the trained row count, the rows it
+    gives every token are the ones block-relative positions give, so the blockwise variants compute the same."""
+    config = model.config
+    if not config.block_relative_positions:
+        return model
+    style, pad = config.position_embedding_style, config.pad_token_id
+    rows = config.max_sequence_length + (pad + 1 if style == "roberta" else 0)
+    state = model.state_dict()
+    key = "roberta.embeddings.position_embeddings.weight"
+    state[key] = extend_position_embeddings(state[key], rows, style, pad)
+    running = BlockBertConfig.from_dict(
+        {**config.to_dict(), "block_relative_positions": False, "max_position_embeddings": rows}
+    )
+    clone = type(model)(running)
+    clone.load_state_dict(state)
+    clone.set_attn_implementation(config._attn_implementation)
+    return clone.eval()
+
+
 def _cost_with_kernel(trained, batch: Mapping, kernel: str, rounds: int) -> dict:
     models = {}
     for name, fields in attention_variants(trained).items():
@@ -255,7 +306,7 @@ def measure_attention_cost(
     ratio to full attention. `eager` materialises the attention scores; `sdpa` is PyTorch's fused kernel (the
     default)."""
     tokenizer = AutoTokenizer.from_pretrained(model_folder)
-    trained = BlockBertForQuestionAnswering.from_pretrained(model_folder).eval()
+    trained = with_running_positions(BlockBertForQuestionAnswering.from_pretrained(model_folder).eval())
     length = trained.config.max_sequence_length
     batch = tokenizer(question, document, truncation="only_second", max_length=length, return_tensors="pt")
     return {

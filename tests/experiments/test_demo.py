@@ -7,6 +7,7 @@ import json
 import shutil
 
 import pytest
+import torch
 from conftest import REPO_ROOT, load_script, tiny_config
 
 from blockbert_experiments.demo import (
@@ -16,9 +17,11 @@ from blockbert_experiments.demo import (
     measure_attention_cost,
     read_held_out_article,
     recorded_arguments,
+    with_running_positions,
     write_training_file,
 )
 from blockbert_hf import BlockBertForQuestionAnswering
+from blockbert_hf.conversion import with_blockwise_fields
 from blockbert_hf.tokenization import match_tokenizer_to_config
 
 
@@ -48,6 +51,32 @@ def test_the_training_file_leaves_the_held_out_article_out(tmp_path):
 
     first_only = write_training_file(SQUAD_SAMPLE, "no such title", tmp_path / "first.json", max_articles=1)
     assert first_only["articles"] == [HELD_OUT]
+
+
+def test_every_training_question_reads_its_whole_article_with_its_answers_in_place(tmp_path):
+    """Training contexts are whole articles, so that training windows span several blocks as the pipeline's windows
+    over a long document do."""
+    written = write_training_file(SQUAD_SAMPLE, HELD_OUT, tmp_path / "train.json")
+    source = next(a for a in json.loads(SQUAD_SAMPLE.read_text())["data"] if a["title"] != HELD_OUT)
+    (article,) = json.loads((tmp_path / "train.json").read_text())["data"]
+    (paragraph,) = article["paragraphs"]
+    assert paragraph["context"] == "\n".join(p["context"] for p in source["paragraphs"])
+    assert written["questions"] == len(paragraph["qas"]) == sum(len(p["qas"]) for p in source["paragraphs"])
+    for qa in paragraph["qas"]:
+        for answer in qa["answers"]:
+            start = answer["answer_start"]
+            assert paragraph["context"][start : start + len(answer["text"])] == answer["text"]
+
+
+def test_the_training_questions_are_a_seeded_choice(tmp_path):
+    def chosen(seed, name):
+        write_training_file(SQUAD_SAMPLE, HELD_OUT, tmp_path / name, max_questions=30, seed=seed)
+        data = json.loads((tmp_path / name).read_text())["data"]
+        return [qa["id"] for article in data for paragraph in article["paragraphs"] for qa in paragraph["qas"]]
+
+    first, again, other = chosen(0, "a.json"), chosen(0, "b.json"), chosen(1, "c.json")
+    assert len(first) == len(set(first)) == 30
+    assert first == again and first != other
 
 
 def test_a_training_file_with_only_the_held_out_article_is_an_error(tmp_path):
@@ -127,6 +156,24 @@ def test_the_cost_comparison_runs_full_n2_and_n4_on_the_same_weights(qa_folder):
     assert set(eager["time_ratio_to_full"]) == {"n2", "n4"}
 
 
+def test_a_model_with_block_relative_positions_is_compared_on_running_positions_that_compute_the_same():
+    """Full attention has one block: the cost comparison reads N tokens with positions that run on through N, over rows
+    that repeat the trained ones, which at b = the trained row count are the rows block-relative positions give."""
+    config = tiny_config(block_relative_positions=True, block_size=64, num_blocks=2, max_position_embeddings=66)
+    model = BlockBertForQuestionAnswering(config).eval()
+    running = with_running_positions(model)
+    assert not running.config.block_relative_positions
+    assert running.config.max_sequence_length == model.config.max_sequence_length == 128
+    input_ids = torch.randint(3, config.vocab_size, (2, 128))
+    with torch.no_grad():
+        expected, got = model(input_ids=input_ids), running(input_ids=input_ids)
+        torch.testing.assert_close(got.start_logits, expected.start_logits)
+        torch.testing.assert_close(got.end_logits, expected.end_logits)
+        full = with_blockwise_fields(running, num_blocks=1, heads_per_shift=None)
+        assert full(input_ids=input_ids).start_logits.shape == (2, 128)
+    assert with_running_positions(running) is running
+
+
 def test_the_report_shows_examples_scores_and_ratios(qa_folder):
     article = read_held_out_article(SQUAD_SAMPLE, HELD_OUT)
     article.questions = article.questions.select(range(2))
@@ -166,11 +213,16 @@ def demo_cli(monkeypatch):
         ("--max_train_articles", "-1", "--max_train_articles must be at least 1"),
         ("--max_seq_length", "0", "--max_seq_length must be at least 1"),
         ("--num_blocks", "0", "--num_blocks must be at least 1"),
-        ("--max_seq_length", "2050", "--max_seq_length 2050 is not a multiple of --num_blocks 4"),
-        ("--heads_per_shift", "9:1:1", "--heads_per_shift 9:1:1 has 3 shift(s), --num_blocks is 4"),
+        ("--max_seq_length", "1025", "--max_seq_length 1025 is not a multiple of --num_blocks 2"),
+        ("--heads_per_shift", "9:1:1", "--heads_per_shift 9:1:1 has 3 shift(s), --num_blocks is 2"),
         ("--heads_per_shift", "nine", "--heads_per_shift"),
         ("--train_window", "128", "--train_window must be more than 128"),
-        ("--train_window", "4096", "--train_window 4096 is longer than --max_seq_length 2048"),
+        ("--train_window", "512", "--train_window 512 fits in 1 block(s) of 512 tokens"),
+        ("--train_window", "4096", "--train_window 4096 is longer than --max_seq_length 1024"),
+        ("--negative_window_rate", "1.5", "--negative_window_rate must be in [0, 1]"),
+        ("--max_train_questions", "-1", "--max_train_questions must be 0 (all) or more"),
+        ("--mixed_precision", "fp8", "--mixed_precision fp8 is unknown"),
+        ("--window_layout", "question_last", "--window_layout: window_layout='question_last' is unknown"),
         ("--num_train_epochs", "0", "--num_train_epochs must be positive"),
         ("--learning_rate", "-1", "--learning_rate must be positive"),
         ("--per_device_train_batch_size", "0", "--per_device_train_batch_size must be at least 1"),

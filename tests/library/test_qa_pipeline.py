@@ -12,8 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
-from conftest import SAMPLE_TEXT, tiny_config
+from conftest import SAMPLE_TEXT, planted_qa_model, tiny_config
 from transformers import (
     BertConfig,
     BertForQuestionAnswering,
@@ -65,35 +64,6 @@ def markers(tokenizer):
     return ids
 
 
-def planted_model(tokenizer, markers, null_strength=0.0):
-    """A tiny BlockBERT whose answer is set by its weights: every layer adds nothing to the residual stream (its
-    output projections are zero), so each token's final state is its normalized word embedding. Dimension 0 is large
-    only for the start marker, dimension 1 only for the end marker, and the QA head reads them as start and end
-    logits. With `null_strength`, the CLS token gets both dimensions, so the null answer scores between filler spans
-    and the planted span."""
-    config = tiny_config(vocab_size=len(tokenizer))
-    match_tokenizer_to_config(tokenizer, config)
-    model = BlockBertForQuestionAnswering(config).eval()
-    with torch.no_grad():
-        for layer in model.roberta.encoder.layer:
-            for dense in (layer.attention.output.dense, layer.output.dense):
-                dense.weight.zero_()
-                dense.bias.zero_()
-        embeddings = model.roberta.embeddings
-        embeddings.position_embeddings.weight.zero_()
-        embeddings.token_type_embeddings.weight.zero_()
-        words = embeddings.word_embeddings.weight
-        words[:, :2] = 0.0
-        words[markers[0], 0] = 10.0
-        words[markers[1], 1] = 10.0
-        words[tokenizer.cls_token_id, :2] = null_strength
-        model.qa_outputs.weight.zero_()
-        model.qa_outputs.bias.zero_()
-        model.qa_outputs.weight[0, 0] = 1.0
-        model.qa_outputs.weight[1, 1] = 1.0
-    return model
-
-
 def test_answers_are_exact_character_spans_of_the_context(tokenizer):
     config = tiny_config(vocab_size=len(tokenizer))
     match_tokenizer_to_config(tokenizer, config)
@@ -112,7 +82,7 @@ def test_answers_are_exact_character_spans_of_the_context(tokenizer):
 
 @pytest.mark.parametrize("where", [0.0, 0.5, 0.97])
 def test_a_planted_answer_is_found_in_a_context_twenty_times_longer_than_n(tokenizer, markers, where):
-    qa = ExtractiveQuestionAnsweringPipeline(model=planted_model(tokenizer, markers), tokenizer=tokenizer)
+    qa = ExtractiveQuestionAnsweringPipeline(model=planted_qa_model(tokenizer, markers), tokenizer=tokenizer)
     text = filler(20 * N, tokenizer)
     cut = text.rfind(" ", 0, int(where * len(text))) if where else 0
     planted = f"{START_WORD.strip()} is a river and its{END_WORD}"
@@ -127,7 +97,7 @@ def test_a_planted_answer_is_found_in_a_context_twenty_times_longer_than_n(token
 
 def test_impossible_answers_and_the_null_threshold(tokenizer, markers):
     qa = ExtractiveQuestionAnsweringPipeline(
-        model=planted_model(tokenizer, markers, null_strength=10.0), tokenizer=tokenizer
+        model=planted_qa_model(tokenizer, markers, null_strength=10.0), tokenizer=tokenizer
     )
     text = filler(5 * N, tokenizer)
     planted = f"{START_WORD.strip()} and{END_WORD}"
@@ -347,7 +317,7 @@ def test_the_null_answer_under_each_window_scoring_rule():
 
 
 def test_the_pipeline_scores_windows_with_the_rule_the_model_was_trained_for(tokenizer, markers, monkeypatch):
-    model = planted_model(tokenizer, markers)
+    model = planted_qa_model(tokenizer, markers)
     assert model_window_scoring(model.config) == "null_relative"  # nothing recorded: the default
     model.config.question_answering = {"window_scoring": "raw"}
     assert model_window_scoring(model.config) == "raw"
@@ -373,7 +343,7 @@ def test_the_pipeline_scores_windows_with_the_rule_the_model_was_trained_for(tok
 
 def test_answers_are_widened_to_whole_characters_of_decomposed_unicode(tokenizer, markers):
     """Byte-level BPE makes a combining accent a token of its own: the planted end token stops before it."""
-    qa = ExtractiveQuestionAnsweringPipeline(model=planted_model(tokenizer, markers), tokenizer=tokenizer)
+    qa = ExtractiveQuestionAnsweringPipeline(model=planted_qa_model(tokenizer, markers), tokenizer=tokenizer)
     planted = f"{START_WORD.strip()} or{END_WORD}\u0301"
     context = f"{FILLER_LINES[2]} {planted} {FILLER_LINES[3]}"
     encoded = tokenizer(context, return_offsets_mapping=True, add_special_tokens=False)
@@ -431,7 +401,7 @@ def test_rank_answers_skips_whitespace_only_spans():
 def test_in_memory_model_with_pipeline_factory(tokenizer, markers, tmp_path):
     """For a model object: build the class directly, or pass `config=model.config` once the config carries
     `custom_pipelines` (every BlockBERT save_pretrained adds it); transformers 5 raises KeyError otherwise."""
-    model = planted_model(tokenizer, markers)
+    model = planted_qa_model(tokenizer, markers)
     context = f"{FILLER_LINES[2]} {START_WORD.strip()} and{END_WORD} {FILLER_LINES[3]}"
     direct = ExtractiveQuestionAnsweringPipeline(model=model, tokenizer=tokenizer)(question="What?", context=context)
     with pytest.raises(KeyError, match="question-answering"):
@@ -458,7 +428,7 @@ def test_pipeline_from_a_saved_folder_without_the_package(tmp_path, tokenizer, m
     """`pipeline("question-answering", model=folder, trust_remote_code=True)` in a process where every
     `import blockbert_hf...` fails gives the answers of the package's own pipeline; a model loaded that way and saved
     again still carries the pipeline."""
-    model = planted_model(tokenizer, markers, null_strength=10.0)
+    model = planted_qa_model(tokenizer, markers, null_strength=10.0)
     save_atomically(tmp_path / "model", model.save_pretrained, tokenizer.save_pretrained)
     assert (tmp_path / "model" / "pipeline_question_answering.py").is_file()
     text = filler(4 * N, tokenizer)
@@ -509,7 +479,7 @@ def test_pipeline_from_a_saved_folder_without_the_package(tmp_path, tokenizer, m
 
 def test_pipeline_on_a_folder_without_tokenizer_files_says_so(tmp_path, tokenizer, markers):
     """No special-tokens-only stand-in: the error names the missing files and how to save a tokenizer."""
-    planted_model(tokenizer, markers).save_pretrained(tmp_path)
+    planted_qa_model(tokenizer, markers).save_pretrained(tmp_path)
     with pytest.raises(OSError, match="has no tokenizer files") as caught:
         qa = pipeline("question-answering", model=str(tmp_path), trust_remote_code=True)
         qa(question="What?", context=FILLER_LINES[2])

@@ -9,8 +9,7 @@ import re
 
 import numpy as np
 import pytest
-import torch
-from conftest import REPO_ROOT, SAMPLE_TEXT, tiny_config
+from conftest import REPO_ROOT, SAMPLE_TEXT, planted_qa_model, tiny_config
 from transformers import AutoConfig, BertTokenizer, RobertaConfig
 
 from blockbert_hf import BlockBertForQuestionAnswering, pipeline_question_answering
@@ -210,29 +209,10 @@ def test_a_span_may_cross_a_block_boundary_and_counts_only_context_tokens():
 
 
 def planted_model(tokenizer):
-    """A tiny BlockBERT (b = 32, N = 64, block-relative positions) whose layers add nothing to the residual stream:
-    its start logit is large only on the start marker, its end logit only on the end marker."""
-    config = tiny_config(vocab_size=len(tokenizer), block_relative_positions=True, block_size=32)
-    match_tokenizer_to_config(tokenizer, config)
-    model = BlockBertForQuestionAnswering(config).eval()
+    """A planted QA model (`planted_qa_model`: its start logit is large only on the start marker, its end logit only on
+    the end marker) with b = 32, N = 64 and block-relative positions."""
     markers = [tokenizer.convert_tokens_to_ids(tokenizer.tokenize(word))[0] for word in (START_WORD, END_WORD)]
-    with torch.no_grad():
-        for layer in model.roberta.encoder.layer:
-            for dense in (layer.attention.output.dense, layer.output.dense):
-                dense.weight.zero_()
-                dense.bias.zero_()
-        embeddings = model.roberta.embeddings
-        embeddings.position_embeddings.weight.zero_()
-        embeddings.token_type_embeddings.weight.zero_()
-        words = embeddings.word_embeddings.weight
-        words[:, :2] = 0.0
-        words[markers[0], 0] = 10.0
-        words[markers[1], 1] = 10.0
-        model.qa_outputs.weight.zero_()
-        model.qa_outputs.bias.zero_()
-        model.qa_outputs.weight[0, 0] = 1.0
-        model.qa_outputs.weight[1, 1] = 1.0
-    return model
+    return planted_qa_model(tokenizer, markers, block_relative_positions=True, block_size=32)
 
 
 def test_the_pipeline_answers_from_prefixed_windows_never_from_the_repeated_question(tokenizer, monkeypatch):

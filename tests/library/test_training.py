@@ -13,7 +13,7 @@ import torch
 from accelerate import Accelerator
 from conftest import REPO_ROOT, tiny_config
 
-from blockbert_hf import BlockBertForMaskedLM
+from blockbert_hf import BlockBertForMaskedLM, training
 from blockbert_hf.saving import OutputOverwritesInputError
 from blockbert_hf.training import (
     MetricsLog,
@@ -32,6 +32,7 @@ from blockbert_hf.training import (
     read_metrics,
     save_checkpoint,
     step_scheduler,
+    warn_emulated_bf16,
 )
 
 
@@ -150,6 +151,19 @@ def test_a_multi_process_launch_that_accelerate_sets_up_as_one_process_is_refuse
     with pytest.raises(RuntimeError, match="set ACCELERATE_USE_CPU=1"):
         check_launch(SimpleNamespace(num_processes=1), "examples/run_mlm.py")
     check_launch(SimpleNamespace(num_processes=2), "examples/run_mlm.py")
+
+
+@pytest.mark.parametrize(
+    "native, precision, warned", [(False, "bf16", True), (True, "bf16", False), (False, "no", False)]
+)
+def test_bf16_on_a_cpu_that_emulates_it_is_warned_about(monkeypatch, caplog, native, precision, warned):
+    """bf16 autocast on a CPU that emulates bf16 is several times slower than fp32: the run says so and what to pass."""
+    monkeypatch.setattr(training, "cpu_has_native_bf16", lambda: native)
+    Accelerator(cpu=True)  # sets up the state accelerate's logger needs
+    accelerator = SimpleNamespace(mixed_precision=precision, device=torch.device("cpu"))
+    with caplog.at_level("WARNING", logger=training.__name__):
+        assert warn_emulated_bf16(accelerator, "examples/run_qa.py") is warned
+    assert ("Run examples/run_qa.py with --mixed_precision no" in caplog.text) is warned
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from ..training import (
     save_checkpoint,
     step_scheduler,
     warmup_steps,
+    warn_emulated_bf16,
 )
 from .arguments import FINAL_MODEL_DIR, PRETRAINING_OUTPUTS, RESULTS_FILE, PretrainingArguments
 from .data import MaskingCollator, masking_seed, tokenize_and_pack, validation_collator
@@ -118,6 +119,7 @@ def run_pretraining(args: PretrainingArguments) -> dict:
         project_config=ProjectConfiguration(project_dir=args.output_dir),
     )
     check_launch(accelerator, "examples/run_mlm.py")
+    warn_emulated_bf16(accelerator, "examples/run_mlm.py")
     geometry = batch_geometry(
         args.tokens_per_batch, args.max_seq_length, accelerator.num_processes, args.per_device_train_batch_size
     )

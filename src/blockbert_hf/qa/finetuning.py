@@ -54,6 +54,7 @@ from ..training import (
     save_checkpoint,
     step_scheduler,
     warmup_steps,
+    warn_emulated_bf16,
 )
 from .data import has_impossible_questions, load_qa_dataset, realign_answers
 from .features import EVAL_METADATA_COLUMNS, check_question_lengths, prepare_eval_features, prepare_train_features
@@ -691,6 +692,7 @@ def _start(config: QARunConfig) -> tuple[Accelerator, Path | None]:
         mixed_precision=config.mixed_precision, gradient_accumulation_steps=config.gradient_accumulation_steps
     )
     check_launch(accelerator, "examples/run_qa.py")
+    warn_emulated_bf16(accelerator, "examples/run_qa.py")
     run_args = run_arguments(config)
     inputs = {"--model_name_or_path": config.model_name_or_path, "--tokenizer_name": config.tokenizer_name}
     resume_from = check_output_dir(
