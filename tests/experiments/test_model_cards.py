@@ -440,6 +440,27 @@ def test_a_demo_card_parses_and_its_model_index_equals_the_results_file(demo):
     assert "| final training loss | not logged |" in demo_card("model", demo, "tiny-demo").text
 
 
+def test_a_demo_card_states_the_window_layout_the_null_windows_and_what_the_last_block_held(demo):
+    results = _demo_results()
+    results["training"].update(window_layout="question_prefixed_blocks", negative_window_rate=0.1)
+    demo.write_text(json.dumps(results))
+    text = demo_card("model", demo, "tiny-demo").text
+    assert "| window layout | `question_prefixed_blocks` |" in text
+    assert "| windows without the answer | kept at rate 0.1 (seeded), labelled null |" in text
+    assert "fine-tuning never saw positions past 48" in text  # positions run on through N
+
+    config = tiny_config(
+        heads_per_shift="3:1",
+        block_relative_positions=True,
+        block_size=32,
+        architectures=["BlockBertForQuestionAnswering"],
+    )
+    config.save_pretrained("model")  # N = 2 blocks of the 32 position rows, positions restart at every block
+    text = demo_card("model", demo, "tiny-demo").text
+    assert "the last block held at most 16 of its 32 tokens in training" in text
+    assert "never saw positions past" not in text
+
+
 @pytest.mark.parametrize(
     "path",
     [

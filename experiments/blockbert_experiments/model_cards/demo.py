@@ -197,12 +197,20 @@ def _efficiency_text(results: Mapping) -> str:
     )
 
 
+def _negative_windows_text(rate: float | None) -> str:
+    if rate is None or rate >= 1:
+        return "all kept, labelled null"
+    return f"kept at rate {rate:g} (seeded), labelled null"
+
+
 def _training_text(results: Mapping) -> str:
     training = results["training"]
     rows = [
         ["data", f"`{training['data_file']}`: {', '.join(f'`{title}`' for title in training['articles'])}"],
         ["questions", f"{training['questions']:,}"],
         ["windows", f"{training['max_seq_length']} tokens, doc_stride {training['doc_stride']}"],
+        ["window layout", f"`{training.get('window_layout') or 'question_first'}`"],
+        ["windows without the answer", _negative_windows_text(training.get("negative_window_rate"))],
         ["epochs", f"{training['num_train_epochs']:g}"],
         ["learning rate", f"{training['learning_rate']:g}, warmup {training['warmup_ratio']:g}"],
         ["batch size", training["batch_size"]],
@@ -270,7 +278,14 @@ def demo_card(
     )
     articles = ", ".join(f"`{title}`" for title in training["articles"])
     limitations = _config_limitations(config)
-    if training["max_seq_length"] < config.max_sequence_length:
+    window = training["max_seq_length"]
+    if window < config.max_sequence_length and config.block_relative_positions:
+        last_block = window - (config.num_blocks - 1) * block_size
+        limitations.append(
+            f"Fine-tuned on windows of {window} tokens, shorter than N = {config.max_sequence_length:,}: the last "
+            f"block held at most {max(last_block, 0)} of its {block_size} tokens in training."
+        )
+    elif window < config.max_sequence_length:
         limitations.append(
             f"Fine-tuned on windows of {training['max_seq_length']} tokens, shorter than N = "
             f"{config.max_sequence_length:,}: fine-tuning never saw positions past {training['max_seq_length']}."
