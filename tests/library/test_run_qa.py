@@ -12,6 +12,7 @@ import sys
 import datasets
 import pytest
 import torch
+from accelerate import PartialState
 from conftest import REPO_ROOT, tiny_config, two_process_launcher
 from safetensors.torch import load_file
 from transformers import AutoModelForQuestionAnswering, AutoTokenizer
@@ -216,6 +217,23 @@ def test_negative_windows_are_sampled_at_the_rate_and_every_answer_window_is_kep
     assert len(_training_windows(tokenizer, unanswerable, negative_window_rate=0.0)) == len(all_windows) > 0
     with pytest.raises(ValueError, match="negative_window_rate must be in \\[0, 1\\], got 1.5"):
         _training_windows(tokenizer, examples, negative_window_rate=1.5)
+
+
+def test_windows_cut_by_several_processes_are_the_windows_of_one(tokenizer, tmp_path):
+    PartialState()  # the training data step logs through accelerate
+    train_file = tmp_path / "train.json"
+    shutil.copy(SQUAD_V1, train_file)
+    feature_kwargs = {"tokenizer": tokenizer, "max_seq_length": 128, "doc_stride": 32, "layout": "question_first"}
+    features = []
+    for workers in (None, 2):
+        config = QARunConfig(
+            model_name_or_path="unused", output_dir=str(tmp_path / "out"), do_train=True, train_file=str(train_file),
+            max_train_samples=40, negative_window_rate=0.3, seed=3, preprocessing_num_workers=workers,
+        )  # fmt: skip
+        data = finetuning._QAData()
+        finetuning._training_data(config, {**feature_kwargs, "block_size": None}, data, {})
+        features.append(data.train_features.to_dict())
+    assert features[0] == features[1] and len(features[0]["input_ids"]) > 40
 
 
 def test_every_seed_and_epoch_gets_its_own_batch_order():

@@ -107,7 +107,29 @@ def _screening(learning_rate: float) -> Cell:
 
 
 RECIPE_GRID: tuple[Cell, ...] = tuple(_screening(rate) for rate in SCREENING_LEARNING_RATES)
-GRIDS = {"comparison": GRID, "recipe": RECIPE_GRID}
+
+# Then the number of epochs at the chosen learning rate (the run's `--learning_rate`): the same training set and
+# sampling, each count its own schedule, evaluated on the dev articles at the end and on dev_window_512 after every
+# epoch (the dev loss and F1 per epoch).
+RECIPE_EPOCHS = (2, 3, 4)
+
+
+def _epochs(num_train_epochs: int) -> Cell:
+    return Cell(
+        f"dev_n512_full_ep{num_train_epochs}",
+        512,
+        "full",
+        train_set="train_article",
+        num_train_epochs=float(num_train_epochs),
+        negative_window_rate=SCREENING_NEGATIVE_RATE,
+        eval_half="dev",
+        epoch_eval_set="dev_window_512",
+    )
+
+
+EPOCHS_GRID: tuple[Cell, ...] = tuple(_epochs(epochs) for epochs in RECIPE_EPOCHS)
+GRIDS = {"comparison": GRID, "recipe": RECIPE_GRID, "epochs": EPOCHS_GRID}
+RECIPE_GRIDS = ("recipe", "epochs")  # reported together, in one results folder
 
 
 @dataclass
@@ -136,8 +158,9 @@ class ComparisonConfig:
     grid: str = field(
         default="comparison",
         metadata={
-            "help": "which grid: comparison (the attention configurations on the test half) or recipe (the "
-            "learning-rate screening on the dev articles)"
+            "help": "which grid: comparison (the attention configurations on the test half), recipe (the "
+            "learning-rate screening on the dev articles) or epochs (the number of epochs at --learning_rate, on the "
+            "dev articles)"
         },
     )
     cells: list[str] = field(
@@ -152,6 +175,9 @@ class ComparisonConfig:
     )
     dry_run: bool = field(default=False, metadata={"help": "print the plan with time estimates and stop"})
     threads: int = field(default=2, metadata={"help": "CPU threads of each step (OMP_NUM_THREADS)"})
+    preprocessing_num_workers: int | None = field(
+        default=None, metadata={"help": "processes of each step that cut questions into windows (same windows)"}
+    )
     # ---- the recipe, the same for every cell (a cell may set its own learning rate, epochs and negative rate)
     learning_rate: float = field(
         default=5e-5, metadata={"help": "chosen on the dev articles from 5e-5, 1e-4, 2e-4, 3e-4 (--grid recipe)"}

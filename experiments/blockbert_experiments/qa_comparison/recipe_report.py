@@ -1,6 +1,7 @@
-"""The report of the recipe choice (`--grid recipe`): one-epoch screening runs of each learning rate, evaluated on the
-dev articles under both window scoring rules. `README.md` in the results folder: the rule of the choice (fixed before
-any run), the table, what was chosen, and the commands."""
+"""The report of the recipe choice (`--grid recipe`, then `--grid epochs`): one-epoch screening runs of each learning
+rate, then 2, 3 and 4 epochs at the chosen one, evaluated on the dev articles under both window scoring rules.
+`README.md` in the results folder: the rules of the choice (fixed before any run), the tables, what was chosen, and the
+commands."""
 
 import logging
 from collections.abc import Mapping
@@ -9,7 +10,7 @@ from pathlib import Path
 from blockbert_hf.pipeline_question_answering import WINDOW_SCORING_RULES
 from blockbert_hf.saving import write_file_atomically
 
-from .grid import RECIPE_GRID, SCREENING_NEGATIVE_RATE, ComparisonConfig
+from .grid import EPOCHS_GRID, RECIPE_GRID, SCREENING_NEGATIVE_RATE, ComparisonConfig
 from .report import _table, load_results
 
 
@@ -21,6 +22,10 @@ CHOICE_RULE = (
     "paragraph, its context filled to one 512-token window, and its whole article) under the null-relative window "
     "scoring; the window scoring rule is the one with the higher whole-article dev F1 at that learning rate. Both "
     "rules were fixed before any run. The test half is not read."
+)
+EPOCHS_RULE = (
+    "The number of epochs is the one of 2, 3 and 4, each its own run at the chosen learning rate, with the highest "
+    "dev F1 averaged over the three dev sets under the chosen window scoring (fixed before any of these runs)."
 )
 
 
@@ -72,17 +77,39 @@ def recipe_choice(results: Mapping[str, Mapping]) -> dict | None:
     return {"cell": best, "learning_rate": finished[best]["recipe"]["learning_rate"], "window_scoring": rule}
 
 
+def epochs_choice(results: Mapping[str, Mapping], choice: Mapping | None) -> dict | None:
+    """The number of epochs `EPOCHS_RULE` picks among the epoch runs at the chosen learning rate, once each has its
+    dev results; None before (or before the learning rate is chosen)."""
+    if choice is None:
+        return None
+    runs = {
+        name: entry
+        for name, entry in results.items()
+        if entry["recipe"]["learning_rate"] == choice["learning_rate"]
+        and _mean_f1(entry, choice["window_scoring"]) is not None
+    }
+    if len(runs) < len(EPOCHS_GRID):
+        return None
+    best = max(runs, key=lambda name: _mean_f1(runs[name], choice["window_scoring"]))
+    return {"cell": best, "num_train_epochs": runs[best]["recipe"]["num_train_epochs"]}
+
+
 def write_recipe_report(config: ComparisonConfig) -> dict:
     """Writes `README.md` of the recipe choice into the results folder from the screening cells' results."""
-    results = load_results(config, RECIPE_GRID)
+    found = load_results(config, RECIPE_GRID + EPOCHS_GRID)
+    epoch_names = {cell.name for cell in EPOCHS_GRID}
+    results = {name: entry for name, entry in found.items() if name not in epoch_names}
+    epoch_runs = {name: entry for name, entry in found.items() if name in epoch_names}
     header = ["cell", "lr", "epochs", "final train loss", "train wall min"]
     for set_name in DEV_SETS:
         header += [f"{set_name} F1 ({rule})" for rule in WINDOW_SCORING_RULES] + [f"{set_name} loss"]
     header.append("mean F1 (null_relative)")
     rows = [_row(name, entry) for name, entry in results.items()]
     choice = recipe_choice(results)
-    pending = [cell.name for cell in RECIPE_GRID if cell.name not in results]
-    commands = "\n".join(command for entry in results.values() for command in entry["commands"])
+    epochs = epochs_choice(epoch_runs, choice)
+    pending = [cell.name for cell in RECIPE_GRID + EPOCHS_GRID if cell.name not in found]
+    commands = "\n".join(command for entry in found.values() for command in entry["commands"])
+    epoch_rows = [_row(name, entry) for name, entry in epoch_runs.items()]
     text = [
         "# Choosing the fine-tuning recipe on the dev articles",
         "",
@@ -104,6 +131,14 @@ def write_recipe_report(config: ComparisonConfig) -> dict:
             else "not yet (every screening run needs its dev results)."
         ),
         "",
+        "## Epochs",
+        "",
+        EPOCHS_RULE,
+        "",
+        _table(header, epoch_rows) if epoch_rows else "No epoch run has results yet.\n",
+        "**Choice**: "
+        + (f"{epochs['num_train_epochs']:g} epochs." if epochs else "not yet (every epoch run needs its dev results)."),
+        "",
         "## Commands",
         "",
         "```bash",
@@ -123,4 +158,4 @@ def write_recipe_report(config: ComparisonConfig) -> dict:
         "",
     ]
     write_file_atomically(Path(config.results_dir) / "README.md", "\n".join(text))
-    return {"cells": list(results), "choice": choice, "pending": pending}
+    return {"cells": list(found), "choice": choice, "epochs": epochs, "pending": pending}

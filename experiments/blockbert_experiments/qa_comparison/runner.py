@@ -15,6 +15,7 @@ from blockbert_hf.training import list_checkpoints, read_metrics
 
 from .grid import (
     PARAGRAPHS,
+    RECIPE_GRIDS,
     Cell,
     ComparisonConfig,
     batch_sizes,
@@ -137,7 +138,7 @@ def run_comparison(config: ComparisonConfig, grid: Sequence[Cell] | None = None)
 
 def write_grid_report(config: ComparisonConfig, grid: Sequence[Cell] | None = None) -> dict:
     """The report of `config.grid`: the comparison's (`write_report`) or the recipe choice's (`write_recipe_report`)."""
-    if config.grid == "recipe":
+    if config.grid in RECIPE_GRIDS:
         return write_recipe_report(config)
     return write_report(config, grid_cells(config) if grid is None else grid)
 

@@ -75,7 +75,7 @@ def train_args(config: ComparisonConfig, cell: Cell, manifest: Mapping, train_mi
         ]  # fmt: skip
     if config.max_train_samples is not None:
         args += ["--max_train_samples", str(config.max_train_samples)]
-    return args
+    return args + _worker_args(config)
 
 
 def eval_args(config: ComparisonConfig, cell: Cell, manifest: Mapping, test_set: str) -> list[str]:
@@ -93,7 +93,12 @@ def eval_args(config: ComparisonConfig, cell: Cell, manifest: Mapping, test_set:
     ]  # fmt: skip
     if config.max_eval_samples is not None:
         args += ["--max_eval_samples", str(config.max_eval_samples)]
-    return args
+    return args + _worker_args(config)
+
+
+def _worker_args(config: ComparisonConfig) -> list[str]:
+    workers = config.preprocessing_num_workers
+    return [] if workers is None else ["--preprocessing_num_workers", str(workers)]
 
 
 def command_line(script: str, args: Sequence[str], names: Mapping[str, Path] | None = None) -> str:

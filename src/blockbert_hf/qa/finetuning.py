@@ -132,6 +132,10 @@ class QARunConfig:
     gradient_accumulation_steps: int = 1
     max_train_samples: int | None = field(default=None, metadata={"help": "use only the first N training questions"})
     max_eval_samples: int | None = field(default=None, metadata={"help": "use only the first N evaluation questions"})
+    preprocessing_num_workers: int | None = field(
+        default=None,
+        metadata={"help": "processes that cut questions into windows (datasets' num_proc); the windows are the same"},
+    )
     n_best_size: int = 20
     max_answer_length: int = field(default=30, metadata={"help": "in tokens"})
     null_score_diff_threshold: float = field(
@@ -206,6 +210,7 @@ QA_OUTPUTS = OutputLayout(
             "window_scoring",
             "version_2_with_negative",
             "write_nbest",
+            "preprocessing_num_workers",
             "eval_strategy",
             "logging_steps",
             "checkpointing_steps",
@@ -295,6 +300,7 @@ def _training_data(config: QARunConfig, feature_kwargs: dict, data: _QAData, sum
         batched=True,
         remove_columns=examples.column_names,
         fn_kwargs={**feature_kwargs, **sampling},
+        num_proc=config.preprocessing_num_workers,
         desc="Training windows",
     )
     negatives = sum(start == 0 for start in data.train_features["start_positions"])  # the null token is CLS, token 0
@@ -318,6 +324,7 @@ def _evaluation_data(config: QARunConfig, feature_kwargs: dict, data: _QAData, s
         batched=True,
         remove_columns=examples.column_names,
         fn_kwargs=feature_kwargs,
+        num_proc=config.preprocessing_num_workers,
         desc="Evaluation windows",
     )
     # Longest windows first: batches of similar lengths pad little (predictions are grouped by example_id, so the
