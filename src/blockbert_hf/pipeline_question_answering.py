@@ -46,6 +46,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import regex
+import tokenizers
 import torch
 from transformers.pipelines.base import ChunkPipeline
 from transformers.utils import logging
@@ -291,6 +292,39 @@ def context_offsets(offset_mapping, sequence_ids, context_sequence_id: int = 1) 
     ]
 
 
+# A text of known length for `check_overflowing_windows`: 400 words, several windows at its sizes.
+_OVERFLOW_PROBE = " ".join(["word"] * 400)
+
+
+def check_overflowing_windows(tokenizer) -> None:
+    """Raises a `RuntimeError` when the tokenizer's overflowing windows (truncation with a stride) do not reach the end
+    of a long text. tokenizers 0.23.1 and 0.23.2 stop tokenizing a truncated text once the first window is full, so the
+    windows of a long context cover only its beginning (huggingface/tokenizers#2091): without this check, answers
+    past it would silently be unreachable and, in training, labelled as absent."""
+    encoded = tokenizer(
+        ["question"],
+        [_OVERFLOW_PROBE],
+        truncation="only_second",
+        max_length=64,
+        stride=16,
+        return_overflowing_tokens=True,
+        return_offsets_mapping=True,
+    )
+    reached = max(
+        end
+        for index, offsets in enumerate(encoded["offset_mapping"])
+        for (_, end), sequence_id in zip(offsets, encoded.sequence_ids(index))
+        if sequence_id == 1
+    )
+    if reached < len(_OVERFLOW_PROBE):
+        raise RuntimeError(
+            f"{type(tokenizer).__name__} (tokenizers {tokenizers.__version__}) cut a text of {len(_OVERFLOW_PROBE)} "
+            f"characters into windows that reach only character {reached}: the windows of a long context would lose "
+            "most of it (a bug of tokenizers 0.23.1 and 0.23.2, huggingface/tokenizers#2091). Install a version "
+            "without it: pip install 'tokenizers>=0.23.3'."
+        )
+
+
 def _checked_block_size(block_size) -> int:
     if isinstance(block_size, (bool, np.bool_)) or not isinstance(block_size, numbers.Integral) or block_size < 1:
         raise ValueError(f"block_size must be a positive integer (b, tokens per block), got {block_size!r}.")
@@ -470,8 +504,9 @@ def tokenize_windows(
     - `null_index`: the token whose logits score "no answer" (the CLS token, else the first; in the prefixed layout
       the first block's).
     Questions lose their leading spaces (they only waste window room). Raises `check_questions_fit`'s error for a
-    question that is too long (named by `question_ids` when given), and a `ValueError` for an unknown layout or a
-    missing or bad `block_size`.
+    question that is too long (named by `question_ids` when given), a `ValueError` for an unknown layout or a
+    missing or bad `block_size`, and `check_overflowing_windows`' error for a tokenizer whose windows would not cover
+    long contexts.
     """
     questions = [question.lstrip() for question in questions]
     check_questions_fit(
@@ -479,6 +514,7 @@ def tokenize_windows(
     )
     if layout == "question_prefixed_blocks":
         return _prefixed_block_windows(tokenizer, questions, list(contexts), max_seq_len, doc_stride, int(block_size))
+    check_overflowing_windows(tokenizer)
     encoded = tokenizer(
         questions,
         list(contexts),
