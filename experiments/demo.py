@@ -312,7 +312,12 @@ def main(argv=None) -> int:
         fail(str(error))
     print(
         f"Fine-tuning data: {training['questions']:,} questions of {len(training['articles'])} articles; held out: "
-        f"{held_out.title!r} ({len(held_out.questions)} questions, {len(held_out.paragraphs)} paragraphs).",
+        f"{held_out.title!r} ({len(held_out.questions)} questions, {len(held_out.paragraphs)} paragraphs)."
+        + (
+            f" {training['unplaced_answers']} answer(s) not at their offset in the file were left out."
+            if training["unplaced_answers"]
+            else ""
+        ),
         flush=True,
     )
     converted, trained = output_dir / "converted", output_dir / "qa"

@@ -292,3 +292,11 @@ def test_the_output_folder_guard_refuses_any_other_folder(demo_cli, tmp_path, ca
     error = capsys.readouterr().err
     assert f"--output_dir {folder}" in error and "Traceback" not in error
     assert sorted(path.relative_to(tmp_path) for path in tmp_path.rglob("*")) == before
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_auto_precision_is_bf16_only_where_the_cpu_computes_it(monkeypatch, native):
+    module = load_script("experiments/demo.py")
+    monkeypatch.setattr(module, "cpu_has_native_bf16", lambda: native)
+    assert module.training_precision("auto") == ("bf16" if native else "no")
+    assert module.training_precision("bf16") == "bf16" and module.training_precision("no") == "no"

@@ -287,8 +287,8 @@ def demo_card(
         )
     elif window < config.max_sequence_length:
         limitations.append(
-            f"Fine-tuned on windows of {training['max_seq_length']} tokens, shorter than N = "
-            f"{config.max_sequence_length:,}: fine-tuning never saw positions past {training['max_seq_length']}."
+            f"Fine-tuned on windows of {window} tokens, shorter than N = {config.max_sequence_length:,}: "
+            f"fine-tuning never saw positions past {window}."
         )
     limitations += [
         f"Small and briefly trained: {config.num_hidden_layers} layers, {training['num_train_epochs']:g} epoch(s) "
