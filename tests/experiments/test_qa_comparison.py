@@ -2,6 +2,7 @@
 against the SQuAD metric, the paired article bootstrap, and `run` end to end on a tiny model (resuming a training
 from its checkpoint and redoing only a missing evaluation)."""
 
+import copy
 import importlib.util
 import json
 import random
@@ -29,10 +30,10 @@ from blockbert_experiments.qa_comparison import (
     write_report,
 )
 from blockbert_experiments.qa_comparison import runner as comparison_runner
-from blockbert_experiments.qa_comparison.grid import RECIPE_GRID, cell_recipe
+from blockbert_experiments.qa_comparison.grid import EPOCHS_GRID, RECIPE_GRID, Recipe, cell_recipe
 from blockbert_experiments.qa_comparison.layout import cell_sets, training_file
-from blockbert_experiments.qa_comparison.recipe_report import recipe_choice
-from blockbert_experiments.qa_comparison.steps import convert_args, train_args
+from blockbert_experiments.qa_comparison.recipe_report import epochs_choice, recipe_choice, write_recipe_report
+from blockbert_experiments.qa_comparison.steps import convert_args, eval_args, train_args
 from blockbert_hf.qa import SquadMetric, load_qa_dataset
 
 
@@ -102,6 +103,10 @@ def test_the_recipe_grid_screens_each_learning_rate_for_one_epoch_on_the_dev_art
     options = dict(zip(args[::1], args[1::1]))
     assert options["--learning_rate"] == str(RECIPE_GRID[0].learning_rate) and options["--num_train_epochs"] == "1.0"
     assert options["--negative_window_rate"] == "0.08" and options["--train_file"].endswith("train_article.json")
+    assert "--preprocessing_num_workers" not in args + eval_args(config, RECIPE_GRID[0], manifest, "dev_article")
+    workers = ComparisonConfig(preprocessing_num_workers=4)
+    for args in (train_args(workers, RECIPE_GRID[0], manifest, 10.0), eval_args(workers, GRID[0], manifest, "article")):
+        assert args[-2:] == ["--preprocessing_num_workers", "4"]
 
 
 def test_a_cell_may_lay_out_windows_in_blocks_count_positions_per_block_and_evaluate_every_epoch():
@@ -128,12 +133,12 @@ def test_a_cell_may_lay_out_windows_in_blocks_count_positions_per_block_and_eval
     assert "--window_layout" not in plain_args and "--do_eval" not in plain_args
 
 
-def _screened(learning_rate: float, dev_f1: dict[str, dict[str, float]]) -> dict:
+def _screened(learning_rate: float, dev_f1: dict[str, dict[str, float]], epochs: float = 1.0) -> dict:
     """A screening cell's results as the recipe report reads them: dev F1 per set and window scoring rule."""
     sets = {
         name: {"by_window_scoring": {rule: {"f1": f1} for rule, f1 in rules.items()}} for name, rules in dev_f1.items()
     }
-    return {"recipe": {"learning_rate": learning_rate}, "sets": sets}
+    return {"recipe": {"learning_rate": learning_rate, "num_train_epochs": epochs}, "sets": sets}
 
 
 def test_the_recipe_choice_takes_the_best_mean_dev_f1_and_the_better_rule_on_whole_articles():
@@ -155,6 +160,54 @@ def test_the_recipe_choice_takes_the_best_mean_dev_f1_and_the_better_rule_on_who
     assert recipe_choice(results) is None  # a screening run has no results yet
     results["d"] = cell(3e-4, 10.0, 10.0, 10.0, 10.0)
     assert recipe_choice(results) == {"cell": "b", "learning_rate": 1e-4, "window_scoring": "raw"}
+
+
+def test_the_epoch_runs_follow_the_chosen_rate_and_the_choice_takes_the_best_mean_under_the_chosen_rule():
+    config = ComparisonConfig(learning_rate=3e-4, num_train_epochs=9.0, negative_window_rate=1.0)
+    assert [cell_recipe(config, cell) for cell in EPOCHS_GRID] == [
+        Recipe(3e-4, float(epochs), 0.08) for epochs in (2, 3, 4)
+    ]
+    assert all(cell.eval_half == "dev" and cell.epoch_eval_set == "dev_window_512" for cell in EPOCHS_GRID)
+
+    def run(epochs, rate, relative, raw):
+        sets = ("dev_paragraph", "dev_window_512", "dev_article")
+        return _screened(rate, {name: {"null_relative": relative, "raw": raw} for name in sets}, epochs=epochs)
+
+    choice = {"cell": "dev_n512_full_lr0.0003", "learning_rate": 3e-4, "window_scoring": "raw"}
+    runs = {"ep2": run(2.0, 3e-4, 50.0, 40.0), "ep3": run(3.0, 3e-4, 40.0, 45.0)}
+    assert epochs_choice(runs, choice) is None  # the 4-epoch run has no results yet
+    runs["ep4"] = run(4.0, 1e-4, 60.0, 60.0)  # another learning rate's run does not count
+    assert epochs_choice(runs, choice) is None
+    runs["ep4"] = run(4.0, 3e-4, 45.0, 42.0)
+    assert epochs_choice(runs, choice) == {"cell": "ep3", "num_train_epochs": 3.0}  # best under raw, the chosen rule
+    assert epochs_choice(runs, None) is None  # no learning rate chosen yet
+
+
+def test_the_recipe_report_tables_the_screening_then_the_epochs_and_states_both_choices(tmp_path):
+    measured = json.loads((REPO_ROOT / "docs" / "qa_recipe" / "dev_n512_full_lr0.0001" / "results.json").read_text())
+
+    def write(cell, learning_rate, epochs, f1):
+        results = copy.deepcopy(measured)
+        results["cell"]["name"] = cell.name
+        results["recipe"].update(learning_rate=learning_rate, num_train_epochs=epochs)
+        for entry in results["sets"].values():
+            entry["by_window_scoring"] = {rule: {"exact_match": f1, "f1": f1} for rule in ("null_relative", "raw")}
+        (tmp_path / cell.name).mkdir()
+        (tmp_path / cell.name / "results.json").write_text(json.dumps(results))
+
+    config = ComparisonConfig(results_dir=str(tmp_path), grid="epochs", effective_batch_size=16)
+    for cell, f1 in zip(RECIPE_GRID, (40.0, 50.0, 30.0, 45.0)):
+        write(cell, cell.learning_rate, 1.0, f1)
+    report = write_recipe_report(config)
+    assert report["choice"]["learning_rate"] == 2e-4 and report["epochs"] is None
+    text = (tmp_path / "README.md").read_text()
+    assert "**Choice**: learning rate 0.0002" in text and "No epoch run has results yet." in text
+    for cell, f1 in zip(EPOCHS_GRID, (52.0, 55.0, 53.0)):
+        write(cell, 2e-4, cell.num_train_epochs, f1)
+    report = write_recipe_report(config)
+    assert report["epochs"] == {"cell": "dev_n512_full_ep3", "num_train_epochs": 3.0} and not report["pending"]
+    epochs_part = (tmp_path / "README.md").read_text().split("## Epochs")[1]
+    assert "| dev_n512_full_ep4 | 0.0002 | 4 |" in epochs_part and "**Choice**: 3 epochs." in epochs_part
 
 
 def test_batch_sizes_keep_the_effective_batch_at_every_length():

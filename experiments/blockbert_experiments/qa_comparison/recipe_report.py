@@ -145,6 +145,10 @@ def write_recipe_report(config: ComparisonConfig) -> dict:
         "python experiments/qa_comparison.py run --grid recipe --data_dir $DATA_DIR --work_dir $WORK_DIR "
         f"--results_dir {config.results_dir} --effective_batch_size {config.effective_batch_size} "
         f"--mixed_precision {config.mixed_precision}",
+        "python experiments/qa_comparison.py run --grid epochs --learning_rate "
+        + (f"{choice['learning_rate']:g}" if choice else "<the chosen learning rate>")
+        + f" --data_dir $DATA_DIR --work_dir $WORK_DIR --results_dir {config.results_dir} "
+        f"--effective_batch_size {config.effective_batch_size} --mixed_precision {config.mixed_precision}",
         "python experiments/qa_comparison.py report --grid recipe "
         f"--results_dir {config.results_dir} --effective_batch_size {config.effective_batch_size} "
         f"--mixed_precision {config.mixed_precision}",
