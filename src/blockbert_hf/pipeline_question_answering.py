@@ -39,6 +39,7 @@ it imports only numpy, torch, transformers and `regex` (a dependency of transfor
 """
 
 import bisect
+import importlib.metadata
 import math
 import numbers
 from collections.abc import Callable, Sequence
@@ -46,7 +47,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import regex
-import tokenizers
 import torch
 from transformers.pipelines.base import ChunkPipeline
 from transformers.utils import logging
@@ -317,11 +317,12 @@ def check_overflowing_windows(tokenizer) -> None:
         if sequence_id == 1
     )
     if reached < len(_OVERFLOW_PROBE):
+        version = importlib.metadata.version("tokenizers")
         raise RuntimeError(
-            f"{type(tokenizer).__name__} (tokenizers {tokenizers.__version__}) cut a text of {len(_OVERFLOW_PROBE)} "
-            f"characters into windows that reach only character {reached}: the windows of a long context would lose "
-            "most of it (a bug of tokenizers 0.23.1 and 0.23.2, huggingface/tokenizers#2091). Install a version "
-            "without it: pip install 'tokenizers>=0.23.3'."
+            f"{type(tokenizer).__name__} (tokenizers {version}) cut a text of {len(_OVERFLOW_PROBE)} characters into "
+            f"windows that reach only character {reached}: the windows of a long context would lose most of it (a "
+            "bug of tokenizers 0.23.1 and 0.23.2, huggingface/tokenizers#2091). Install a version without it: pip "
+            "install 'tokenizers>=0.23.3'."
         )
 
 
