@@ -93,17 +93,16 @@ SCREENING_LEARNING_RATES = (1e-4, 2e-4, 5e-5, 3e-4)
 SCREENING_NEGATIVE_RATE = 0.08
 
 
-def _screening(learning_rate: float) -> Cell:
+def _dev_cell(name: str, **recipe) -> Cell:
+    """A recipe cell: full attention at N = 512 on the first half's whole articles, evaluated on the dev articles."""
     return Cell(
-        f"dev_n512_full_lr{learning_rate:g}",
-        512,
-        "full",
-        train_set="train_article",
-        learning_rate=learning_rate,
-        num_train_epochs=1.0,
-        negative_window_rate=SCREENING_NEGATIVE_RATE,
-        eval_half="dev",
-    )
+        name, 512, "full", train_set="train_article", negative_window_rate=SCREENING_NEGATIVE_RATE, eval_half="dev",
+        **recipe,
+    )  # fmt: skip
+
+
+def _screening(learning_rate: float) -> Cell:
+    return _dev_cell(f"dev_n512_full_lr{learning_rate:g}", learning_rate=learning_rate, num_train_epochs=1.0)
 
 
 RECIPE_GRID: tuple[Cell, ...] = tuple(_screening(rate) for rate in SCREENING_LEARNING_RATES)
@@ -115,15 +114,8 @@ RECIPE_EPOCHS = (2, 3, 4)
 
 
 def _epochs(num_train_epochs: int) -> Cell:
-    return Cell(
-        f"dev_n512_full_ep{num_train_epochs}",
-        512,
-        "full",
-        train_set="train_article",
-        num_train_epochs=float(num_train_epochs),
-        negative_window_rate=SCREENING_NEGATIVE_RATE,
-        eval_half="dev",
-        epoch_eval_set="dev_window_512",
+    return _dev_cell(
+        f"dev_n512_full_ep{num_train_epochs}", num_train_epochs=float(num_train_epochs), epoch_eval_set="dev_window_512"
     )
 
 
