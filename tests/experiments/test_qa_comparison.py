@@ -14,6 +14,7 @@ import pytest
 from conftest import REPO_ROOT
 from transformers import RobertaConfig, RobertaModel
 
+from blockbert_benchmarks.measuring.machine import machine_description
 from blockbert_experiments.long_context import LongContextConfig, build_long_context_sets
 from blockbert_experiments.qa_comparison import (
     GRID,
@@ -162,36 +163,45 @@ def test_the_recipe_choice_takes_the_best_mean_dev_f1_and_the_better_rule_on_who
     assert recipe_choice(results) == {"cell": "b", "learning_rate": 1e-4, "window_scoring": "raw"}
 
 
-def test_the_epoch_runs_follow_the_chosen_rate_and_the_choice_takes_the_best_mean_under_the_chosen_rule():
-    config = ComparisonConfig(learning_rate=3e-4, num_train_epochs=9.0, negative_window_rate=1.0)
-    assert [cell_recipe(config, cell) for cell in EPOCHS_GRID] == [
-        Recipe(3e-4, float(epochs), 0.08) for epochs in (2, 3, 4)
+def _epoch_run(learning_rate: float, f1_after_each_epoch: list[float]) -> dict:
+    """The epoch run's results as the recipe report reads them: dev_window_512 F1 after each epoch."""
+    evaluations = [
+        {"epoch": epoch, "step": 100 * epoch, "eval_loss": 1.0, "exact_match": f1 / 2, "f1": f1}
+        for epoch, f1 in enumerate(f1_after_each_epoch, start=1)
     ]
-    assert all(cell.eval_half == "dev" and cell.epoch_eval_set == "dev_window_512" for cell in EPOCHS_GRID)
+    results = _screened(learning_rate, {}, epochs=4.0)
+    results["train"] = {"epoch_evaluations": evaluations}
+    return results
 
-    def run(epochs, rate, relative, raw):
-        sets = ("dev_paragraph", "dev_window_512", "dev_article")
-        return _screened(rate, {name: {"null_relative": relative, "raw": raw} for name in sets}, epochs=epochs)
+
+def test_one_four_epoch_run_at_the_chosen_rate_picks_the_epoch_count_with_the_best_dev_f1_after_it():
+    config = ComparisonConfig(learning_rate=3e-4, num_train_epochs=9.0, negative_window_rate=1.0)
+    assert [cell_recipe(config, cell) for cell in EPOCHS_GRID] == [Recipe(3e-4, 4.0, 0.08)]
+    assert [(cell.eval_half, cell.epoch_eval_set) for cell in EPOCHS_GRID] == [("dev", "dev_window_512")]
 
     choice = {"cell": "dev_n512_full_lr0.0003", "learning_rate": 3e-4, "window_scoring": "raw"}
-    runs = {"ep2": run(2.0, 3e-4, 50.0, 40.0), "ep3": run(3.0, 3e-4, 40.0, 45.0)}
-    assert epochs_choice(runs, choice) is None  # the 4-epoch run has no results yet
-    runs["ep4"] = run(4.0, 1e-4, 60.0, 60.0)  # another learning rate's run does not count
-    assert epochs_choice(runs, choice) is None
-    runs["ep4"] = run(4.0, 3e-4, 45.0, 42.0)
-    assert epochs_choice(runs, choice) == {"cell": "ep3", "num_train_epochs": 3.0}  # best under raw, the chosen rule
-    assert epochs_choice(runs, None) is None  # no learning rate chosen yet
+    assert epochs_choice({"ep4": _epoch_run(3e-4, [30.0, 50.0, 52.0])}, choice) is None  # still training
+    assert epochs_choice({"ep4": _epoch_run(1e-4, [30.0, 50.0, 52.0, 53.0])}, choice) is None  # another rate's run
+    best_after_three = {"ep4": _epoch_run(3e-4, [60.0, 50.0, 55.0, 54.0])}  # epoch 1 is not a candidate
+    assert epochs_choice(best_after_three, choice) == {"cell": "ep4", "num_train_epochs": 3.0, "dev_window_512_f1": 55}
+    tie = {"ep4": _epoch_run(3e-4, [30.0, 52.0, 52.0, 52.0])}
+    assert epochs_choice(tie, choice)["num_train_epochs"] == 2.0  # a tie goes to fewer epochs
+    assert epochs_choice(best_after_three, None) is None  # no learning rate chosen yet
 
 
-def test_the_recipe_report_tables_the_screening_then_the_epochs_and_states_both_choices(tmp_path):
+def test_the_recipe_report_tables_the_screening_then_the_epoch_curve_and_states_both_choices(tmp_path):
     measured = json.loads((REPO_ROOT / "docs" / "qa_recipe" / "dev_n512_full_lr0.0001" / "results.json").read_text())
 
-    def write(cell, learning_rate, epochs, f1):
+    def write(cell, learning_rate, epochs, f1, after_each_epoch=()):
         results = copy.deepcopy(measured)
         results["cell"]["name"] = cell.name
         results["recipe"].update(learning_rate=learning_rate, num_train_epochs=epochs)
         for entry in results["sets"].values():
             entry["by_window_scoring"] = {rule: {"exact_match": f1, "f1": f1} for rule in ("null_relative", "raw")}
+        results["train"]["epoch_evaluations"] = [
+            {"epoch": epoch, "step": 250 * epoch, "eval_loss": 2.5, "exact_match": value - 10, "f1": value}
+            for epoch, value in enumerate(after_each_epoch, start=1)
+        ]
         (tmp_path / cell.name).mkdir()
         (tmp_path / cell.name / "results.json").write_text(json.dumps(results))
 
@@ -202,12 +212,16 @@ def test_the_recipe_report_tables_the_screening_then_the_epochs_and_states_both_
     assert report["choice"]["learning_rate"] == 2e-4 and report["epochs"] is None
     text = (tmp_path / "README.md").read_text()
     assert "**Choice**: learning rate 0.0002" in text and "No epoch run has results yet." in text
-    for cell, f1 in zip(EPOCHS_GRID, (52.0, 55.0, 53.0)):
-        write(cell, 2e-4, cell.num_train_epochs, f1)
+    assert "| dev_n512_full_lr0.0001 | 0.0001 | 1 | 1.300 | 114 | bf16 autocast |" in text
+    write(EPOCHS_GRID[0], 2e-4, 4.0, 54.0, after_each_epoch=(45.0, 52.0, 55.0, 53.0))
     report = write_recipe_report(config)
-    assert report["epochs"] == {"cell": "dev_n512_full_ep3", "num_train_epochs": 3.0} and not report["pending"]
+    assert report["epochs"]["num_train_epochs"] == 3.0 and not report["pending"]
     epochs_part = (tmp_path / "README.md").read_text().split("## Epochs")[1]
-    assert "| dev_n512_full_ep4 | 0.0002 | 4 |" in epochs_part and "**Choice**: 3 epochs." in epochs_part
+    # the training loss logged last before each evaluation (the measured curve logs every 50 steps)
+    assert "| dev_n512_full_ep4 | 3 | 750 | 1.452 | 2.500 | 45.0 | 55.0 |" in epochs_part
+    assert "| dev_n512_full_ep4 | 0.0002 | 4 |" in epochs_part
+    assert "**Choice**: 3 epochs (dev_window_512 F1 55.0)." in epochs_part
+    assert "- dev_n512_full_lr0.0001: not recorded" in epochs_part  # trained before machines were recorded
 
 
 def test_batch_sizes_keep_the_effective_batch_at_every_length():
@@ -414,13 +428,23 @@ def test_run_end_to_end_then_resume_redoes_only_what_is_missing(tiny_setup, monk
     # the killed attempt's time is not known: the cost table says the training time leaves it out
     assert "h + the steps before 1 resume(s) |" in (root / "results" / "README.md").read_text()
 
-    # A run with nothing left to do rewrites the results, copying the training loss run_qa logged.
-    metrics = [{"step": 50, "epoch": 0, "loss": 5.123456, "lr": 1e-5}, {"step": 100, "epoch": 0, "loss": 4.5, "lr": 0}]
+    # A run with nothing left to do rewrites the results, copying the training loss and the evaluations after each
+    # epoch run_qa logged. The precision and machine are the training's own, not the later run's settings.
+    metrics = [
+        {"step": 50, "epoch": 0, "loss": 5.123456, "lr": 1e-5},
+        {"step": 100, "epoch": 0, "loss": 4.5, "lr": 0},
+        {"step": 100, "epoch": 0, "eval_loss": 3.21234, "eval_exact_match": 12.345, "eval_f1": 23.456},
+    ]
     (work / "train" / "metrics.jsonl").write_text("".join(json.dumps(record) + "\n" for record in metrics))
     calls.clear()
-    assert run_comparison(config, grid) == [] and calls == []
+    assert run_comparison(_config(root, mixed_precision="bf16"), grid) == [] and calls == []
     results = json.loads((root / "results" / TINY_CELL.name / "results.json").read_text())
     assert results["train"]["loss_curve"] == [{"step": 50, "loss": 5.1235}, {"step": 100, "loss": 4.5}]
+    assert results["train"]["epoch_evaluations"] == [
+        {"epoch": 1, "step": 100, "eval_loss": 3.2123, "exact_match": 12.35, "f1": 23.46}
+    ]
+    assert results["recipe"]["mixed_precision"] == "no"
+    assert results["train"]["machines"] == [machine_description()]
     assert "| `tiny_n2` | 5.12 | 4.50 |" in (root / "results" / "README.md").read_text()
 
     # The command line: --dry_run prints the plan and `report` rewrites the report.

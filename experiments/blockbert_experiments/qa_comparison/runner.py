@@ -3,13 +3,14 @@ checkpoint) and evaluated on the sets without results, then its results files ar
 `<cell>/results.json`, `<cell>/scores.json` and the shared `questions.json`."""
 
 import logging
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
-from blockbert_benchmarks.measuring.machine import recorded_path
+from blockbert_benchmarks.measuring.machine import machine_description, recorded_path
 from blockbert_hf.saving import sha256_of_file, write_json_atomically
 from blockbert_hf.training import list_checkpoints, read_metrics
 
@@ -49,7 +50,7 @@ logger = logging.getLogger(__name__)
 
 def _train(config: ComparisonConfig, cell: Cell, manifest: Mapping, names: Mapping[str, Path]) -> None:
     """Fine-tunes the cell, resuming from its last checkpoint if there is one; every attempt goes to the train log
-    (its command as the results record it, with the folders of `names` named)."""
+    (its command as the results record it, with the folders of `names` named, and the machine it ran on)."""
     layout = CellLayout(config, cell)
     training_file(config, cell, manifest, create=True)
     args = train_args(config, cell, manifest, estimated_train_minutes(config, cell, manifest))
@@ -61,6 +62,7 @@ def _train(config: ComparisonConfig, cell: Cell, manifest: Mapping, names: Mappi
     attempt = {
         "command": command_line("run_qa.py", args, names),
         "resumed_from": checkpoints[-1].name if checkpoints else None,
+        "machine": machine_description(),
         "returncode": None,
     }
     write_json_atomically(layout.train_log, [*attempts, attempt])
@@ -206,6 +208,34 @@ def _loss_curve(metrics_file: Path) -> list[dict]:
     return [{"step": record["step"], "loss": round(record["loss"], 4)} for record in records if "loss" in record]
 
 
+def _epoch_evaluations(metrics_file: Path) -> list[dict]:
+    """The evaluations run_qa made after each training epoch (`--eval_strategy epoch`): epochs counted from 1."""
+    records = read_metrics(metrics_file) if metrics_file.is_file() else []
+    return [
+        {
+            "epoch": record["epoch"] + 1,
+            "step": record["step"],
+            "eval_loss": round(record["eval_loss"], 4),
+            "exact_match": round(record["eval_exact_match"], 2),
+            "f1": round(record["eval_f1"], 2),
+        }
+        for record in records
+        if "eval_f1" in record
+    ]
+
+
+def _trained_precision(attempts: Sequence[Mapping], config: ComparisonConfig) -> str:
+    """The --mixed_precision the training attempts ran with (several values joined by "+"; the configured one before
+    any attempt): a cell trained earlier keeps its own, whatever the current run's setting."""
+    used = []
+    for attempt in attempts:
+        words = shlex.split(attempt["command"])
+        if "--mixed_precision" in words and words.index("--mixed_precision") + 1 < len(words):
+            value = words[words.index("--mixed_precision") + 1]
+            used += [] if value in used else [value]
+    return "+".join(used) or config.mixed_precision
+
+
 def _source_model(source: Path, conversion: Mapping) -> dict:
     """The starting weights: what they are (`recorded_path`: an installed package by its name and version), their
     sha256 and the sequence length they were trained on (from the conversion report: a cell with a longer N reads
@@ -253,7 +283,7 @@ def write_cell_results(
             "learning_rate": recipe.learning_rate,
             "num_train_epochs": recipe.num_train_epochs,
             "negative_window_rate": recipe.negative_window_rate,
-            "mixed_precision": config.mixed_precision,
+            "mixed_precision": _trained_precision(attempts, config),
             "eval_mixed_precision": config.eval_mixed_precision,
             "effective_batch_size": config.effective_batch_size,
             "per_device_train_batch_size": per_device,
@@ -277,6 +307,9 @@ def write_cell_results(
             "resumed_attempts": sum(attempt.get("resumed_from") is not None for attempt in attempts),
             "peak_rss_mb": max((a["peak_rss_mb"] for a in attempts if a.get("peak_rss_mb")), default=None),
             "loss_curve": _loss_curve(layout.train / "metrics.jsonl"),
+            "epoch_evaluations": _epoch_evaluations(layout.train / "metrics.jsonl"),
+            # the machines of the attempts that recorded theirs
+            "machines": list(dict.fromkeys(a["machine"] for a in attempts if a.get("machine"))),
         },
         "sets": sets,
         "finished": is_saved_model(layout.trained_model) and len(done) == len(test_sets),
