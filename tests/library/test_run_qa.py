@@ -219,21 +219,32 @@ def test_negative_windows_are_sampled_at_the_rate_and_every_answer_window_is_kep
         _training_windows(tokenizer, examples, negative_window_rate=1.5)
 
 
-def test_windows_cut_by_several_processes_are_the_windows_of_one(tokenizer, tmp_path):
+def test_windows_cut_by_several_processes_are_the_windows_of_one(tokenizer, tmp_path, monkeypatch):
     PartialState()  # the training data step logs through accelerate
-    train_file = tmp_path / "train.json"
-    shutil.copy(SQUAD_V1, train_file)
+    data_file = tmp_path / "squad.json"
+    shutil.copy(SQUAD_V1, data_file)
     feature_kwargs = {"tokenizer": tokenizer, "max_seq_length": 128, "doc_stride": 32, "layout": "question_first"}
-    features = []
+    processes = []  # the num_proc of every datasets map call
+    map_windows = datasets.Dataset.map
+
+    def recording_map(self, *args, **kwargs):
+        processes.append(kwargs.get("num_proc"))
+        return map_windows(self, *args, **kwargs)
+
+    monkeypatch.setattr(datasets.Dataset, "map", recording_map)
+    windows = []
     for workers in (None, 2):
         config = QARunConfig(
-            model_name_or_path="unused", output_dir=str(tmp_path / "out"), do_train=True, train_file=str(train_file),
-            max_train_samples=40, negative_window_rate=0.3, seed=3, preprocessing_num_workers=workers,
+            model_name_or_path="unused", output_dir=str(tmp_path / "out"), do_train=True, train_file=str(data_file),
+            validation_file=str(data_file), max_train_samples=40, max_eval_samples=40, negative_window_rate=0.3,
+            seed=3, preprocessing_num_workers=workers,
         )  # fmt: skip
-        data = finetuning._QAData()
+        data, processes[:] = finetuning._QAData(), []
         finetuning._training_data(config, {**feature_kwargs, "block_size": None}, data, {})
-        features.append(data.train_features.to_dict())
-    assert features[0] == features[1] and len(features[0]["input_ids"]) > 40
+        finetuning._evaluation_data(config, {**feature_kwargs, "block_size": None}, data, {})
+        assert processes[-2:] == [workers, workers]  # the training and the evaluation windows
+        windows.append((data.train_features.to_dict(), data.eval_features.to_dict()))
+    assert windows[0] == windows[1] and len(windows[0][0]["input_ids"]) > 40
 
 
 def test_every_seed_and_epoch_gets_its_own_batch_order():
