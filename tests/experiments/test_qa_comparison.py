@@ -192,8 +192,9 @@ def test_one_four_epoch_run_at_the_chosen_rate_picks_the_epoch_count_with_the_be
 def test_the_recipe_report_tables_the_screening_then_the_epoch_curve_and_states_both_choices(tmp_path):
     measured = json.loads((REPO_ROOT / "docs" / "qa_recipe" / "dev_n512_full_lr0.0001" / "results.json").read_text())
 
-    def write(cell, learning_rate, epochs, f1, after_each_epoch=()):
+    def write(cell, learning_rate, epochs, f1, after_each_epoch=(), resumed=0):
         results = copy.deepcopy(measured)
+        results["train"]["resumed_attempts"] = resumed
         results["cell"]["name"] = cell.name
         results["recipe"].update(learning_rate=learning_rate, num_train_epochs=epochs)
         for entry in results["sets"].values():
@@ -213,13 +214,13 @@ def test_the_recipe_report_tables_the_screening_then_the_epoch_curve_and_states_
     text = (tmp_path / "README.md").read_text()
     assert "**Choice**: learning rate 0.0002" in text and "No epoch run has results yet." in text
     assert "| dev_n512_full_lr0.0001 | 0.0001 | 1 | 1.300 | 114 | bf16 autocast |" in text
-    write(EPOCHS_GRID[0], 2e-4, 4.0, 54.0, after_each_epoch=(45.0, 52.0, 55.0, 53.0))
+    write(EPOCHS_GRID[0], 2e-4, 4.0, 54.0, after_each_epoch=(45.0, 52.0, 55.0, 53.0), resumed=1)
     report = write_recipe_report(config)
     assert report["epochs"]["num_train_epochs"] == 3.0 and not report["pending"]
     epochs_part = (tmp_path / "README.md").read_text().split("## Epochs")[1]
     # the training loss logged last before each evaluation (the measured curve logs every 50 steps)
     assert "| dev_n512_full_ep4 | 3 | 750 | 1.452 | 2.500 | 45.0 | 55.0 |" in epochs_part
-    assert "| dev_n512_full_ep4 | 0.0002 | 4 |" in epochs_part
+    assert "| dev_n512_full_ep4 | 0.0002 | 4 | 1.300 | 114 + the steps before 1 resume(s) |" in epochs_part
     assert "**Choice**: 3 epochs (dev_window_512 F1 55.0)." in epochs_part
     assert "- dev_n512_full_lr0.0001: not recorded" in epochs_part  # trained before machines were recorded
 

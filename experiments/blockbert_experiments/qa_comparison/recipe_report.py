@@ -42,6 +42,14 @@ def _final_loss(results: Mapping) -> float | None:
     return sum(point["loss"] for point in tail) / len(tail)
 
 
+def _train_minutes(train: Mapping) -> str:
+    """Wall minutes of the training attempts that ran to their end; a resumed run's killed attempts are not timed."""
+    if not train["finished"]:
+        return "running"
+    resumed = train.get("resumed_attempts", 0)
+    return f"{train['seconds'] / 60:.0f}" + (f" + the steps before {resumed} resume(s)" if resumed else "")
+
+
 def _mean_f1(results: Mapping, rule: str) -> float | None:
     values = [results["sets"][name].get("by_window_scoring", {}).get(rule, {}).get("f1") for name in DEV_SETS]
     return None if any(value is None for value in values) else sum(values) / len(values)
@@ -55,7 +63,7 @@ def _row(name: str, results: Mapping) -> list[str]:
         f"{recipe.get('learning_rate', float('nan')):g}",
         f"{recipe.get('num_train_epochs', float('nan')):g}",
         "-" if loss is None else f"{loss:.3f}",
-        f"{train['seconds'] / 60:.0f}" if train["finished"] else "running",
+        _train_minutes(train),
         {"no": "fp32", "bf16": "bf16 autocast"}.get(recipe.get("mixed_precision"), recipe.get("mixed_precision", "-")),
     ]
     for set_name in DEV_SETS:
