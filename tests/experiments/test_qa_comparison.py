@@ -31,9 +31,14 @@ from blockbert_experiments.qa_comparison import (
     write_report,
 )
 from blockbert_experiments.qa_comparison import runner as comparison_runner
-from blockbert_experiments.qa_comparison.grid import EPOCHS_GRID, RECIPE_GRID, Recipe, cell_recipe
+from blockbert_experiments.qa_comparison.grid import EPOCHS_GRID, LAYOUT_GRID, RECIPE_GRID, Recipe, cell_recipe
 from blockbert_experiments.qa_comparison.layout import cell_sets, training_file
-from blockbert_experiments.qa_comparison.recipe_report import epochs_choice, recipe_choice, write_recipe_report
+from blockbert_experiments.qa_comparison.recipe_report import (
+    epochs_choice,
+    layout_choice,
+    recipe_choice,
+    write_recipe_report,
+)
 from blockbert_experiments.qa_comparison.steps import convert_args, eval_args, train_args
 from blockbert_hf.qa import SquadMetric, load_qa_dataset
 
@@ -189,13 +194,50 @@ def test_one_four_epoch_run_at_the_chosen_rate_picks_the_epoch_count_with_the_be
     assert epochs_choice(best_after_three, None) is None  # no learning rate chosen yet
 
 
+def test_the_layout_runs_at_n1024_differ_only_in_layout_and_the_choice_takes_the_best_mean_under_the_chosen_rule():
+    config = ComparisonConfig(learning_rate=3e-4, num_train_epochs=9.0, negative_window_rate=1.0)
+    assert [cell_recipe(config, cell) for cell in LAYOUT_GRID] == [Recipe(3e-4, 1.0, 0.08)] * 2
+    first, prefixed = LAYOUT_GRID
+    assert (first.window_layout, first.block_relative_positions) == ("question_first", False)
+    assert (prefixed.window_layout, prefixed.block_relative_positions) == ("question_prefixed_blocks", True)
+    shared = {"window_layout", "block_relative_positions", "name"}
+    assert {k: v for k, v in vars(first).items() if k not in shared} == {
+        k: v for k, v in vars(prefixed).items() if k not in shared
+    }
+    assert (first.max_seq_length, first.num_blocks, first.heads_per_shift, first.training_set) == (
+        1024, 2, "10:2", "train_article"
+    )  # fmt: skip
+
+    def run(cell, rate, relative, raw):
+        sets = ("dev_paragraph", "dev_window_512", "dev_article")
+        results = _screened(rate, {name: {"null_relative": relative, "raw": raw} for name in sets})
+        results["cell"] = {"window_layout": cell.window_layout}
+        results["cell"]["block_relative_positions"] = cell.block_relative_positions
+        return results
+
+    choice = {"cell": "dev_n512_full_lr0.0003", "learning_rate": 3e-4, "window_scoring": "raw"}
+    runs = {first.name: run(first, 3e-4, 60.0, 40.0)}
+    assert layout_choice(runs, choice) is None  # the other layout has no results yet
+    runs[prefixed.name] = run(prefixed, 1e-4, 30.0, 50.0)  # another learning rate's run does not count
+    assert layout_choice(runs, choice) is None
+    runs[prefixed.name] = run(prefixed, 3e-4, 30.0, 45.0)  # better under raw, the chosen rule
+    assert layout_choice(runs, choice) == {
+        "cell": prefixed.name, "window_layout": "question_prefixed_blocks", "block_relative_positions": True
+    }  # fmt: skip
+    runs[prefixed.name] = run(prefixed, 3e-4, 30.0, 40.0)
+    assert layout_choice(runs, choice)["cell"] == first.name  # a tie goes to the question first
+    assert layout_choice(runs, None) is None
+
+
 def test_the_recipe_report_tables_the_screening_then_the_epoch_curve_and_states_both_choices(tmp_path):
     measured = json.loads((REPO_ROOT / "docs" / "qa_recipe" / "dev_n512_full_lr0.0001" / "results.json").read_text())
 
     def write(cell, learning_rate, epochs, f1, after_each_epoch=(), resumed=0):
         results = copy.deepcopy(measured)
         results["train"]["resumed_attempts"] = resumed
-        results["cell"]["name"] = cell.name
+        results["cell"].update(
+            name=cell.name, window_layout=cell.window_layout, block_relative_positions=cell.block_relative_positions
+        )
         results["recipe"].update(learning_rate=learning_rate, num_train_epochs=epochs)
         for entry in results["sets"].values():
             entry["by_window_scoring"] = {rule: {"exact_match": f1, "f1": f1} for rule in ("null_relative", "raw")}
@@ -216,13 +258,22 @@ def test_the_recipe_report_tables_the_screening_then_the_epoch_curve_and_states_
     assert "| dev_n512_full_lr0.0001 | 0.0001 | 1 | 1.300 | 114 | bf16 autocast |" in text
     write(EPOCHS_GRID[0], 2e-4, 4.0, 54.0, after_each_epoch=(45.0, 52.0, 55.0, 53.0), resumed=1)
     report = write_recipe_report(config)
-    assert report["epochs"]["num_train_epochs"] == 3.0 and not report["pending"]
+    assert report["epochs"]["num_train_epochs"] == 3.0 and report["pending"] == [c.name for c in LAYOUT_GRID]
     epochs_part = (tmp_path / "README.md").read_text().split("## Epochs")[1]
     # the training loss logged last before each evaluation (the measured curve logs every 50 steps)
     assert "| dev_n512_full_ep4 | 3 | 750 | 1.452 | 2.500 | 45.0 | 55.0 |" in epochs_part
     assert "| dev_n512_full_ep4 | 0.0002 | 4 | 1.300 | 114 + the steps before 1 resume(s) |" in epochs_part
     assert "**Choice**: 3 epochs (dev_window_512 F1 55.0)." in epochs_part
     assert "- dev_n512_full_lr0.0001: not recorded" in epochs_part  # trained before machines were recorded
+    assert "No layout run has results yet." in epochs_part
+    assert "run --grid layout --learning_rate 0.0002 " in epochs_part
+    for cell, f1 in zip(LAYOUT_GRID, (48.0, 51.0)):
+        write(cell, 2e-4, 1.0, f1)
+    report = write_recipe_report(config)
+    assert report["layout"]["cell"] == "dev_n1024_n2_prefixed_blocks" and not report["pending"]
+    layout_part = (tmp_path / "README.md").read_text().split("## The long model's window layout")[1]
+    assert "| dev_n1024_n2_question_first | 0.0002 | 1 |" in layout_part
+    assert "**Choice**: `question_prefixed_blocks`, positions restarting in every block." in layout_part
 
 
 def test_batch_sizes_keep_the_effective_batch_at_every_length():

@@ -93,12 +93,11 @@ SCREENING_LEARNING_RATES = (1e-4, 2e-4, 5e-5, 3e-4)
 SCREENING_NEGATIVE_RATE = 0.08
 
 
-def _dev_cell(name: str, **recipe) -> Cell:
-    """A recipe cell: full attention at N = 512 on the first half's whole articles, evaluated on the dev articles."""
-    return Cell(
-        name, 512, "full", train_set="train_article", negative_window_rate=SCREENING_NEGATIVE_RATE, eval_half="dev",
-        **recipe,
-    )  # fmt: skip
+def _dev_cell(name: str, **settings) -> Cell:
+    """A recipe cell: (unless `settings` say otherwise) full attention at N = 512, trained on the first half's whole
+    articles, evaluated on the dev articles."""
+    defaults = dict(max_seq_length=512, attention_pattern="full", train_set="train_article", eval_half="dev")
+    return Cell(name, **{**defaults, "negative_window_rate": SCREENING_NEGATIVE_RATE, **settings})
 
 
 def _screening(learning_rate: float) -> Cell:
@@ -119,8 +118,27 @@ EPOCHS_GRID: tuple[Cell, ...] = (
         epoch_eval_set="dev_window_512",
     ),
 )
-GRIDS = {"comparison": GRID, "recipe": RECIPE_GRID, "epochs": EPOCHS_GRID}
-RECIPE_GRIDS = ("recipe", "epochs")  # reported together, in one results folder
+
+
+# Last, the layout of the long model's windows, at N = 1024 = 2 blocks of 512 (BlockBERT n = 2, heads 10:2), one epoch
+# at the chosen learning rate on whole-article windows of 1,024 tokens (the answer window and most negatives span both
+# blocks): the question first with positions running on through N (rows past 512 copying the source's), against the
+# question prefixed to every block with positions restarting in each block. At b = 512 both start from the same
+# position rows; what differs is whether block 1 reads the question and whether its rows are trained with block 0's.
+def _layout(name: str, window_layout: str, block_relative_positions: bool) -> Cell:
+    return _dev_cell(
+        f"dev_n1024_n2_{name}", max_seq_length=1024, attention_pattern="blockwise", num_blocks=2,
+        heads_per_shift="10:2", num_train_epochs=1.0, window_layout=window_layout,
+        block_relative_positions=block_relative_positions,
+    )  # fmt: skip
+
+
+LAYOUT_GRID: tuple[Cell, ...] = (
+    _layout("question_first", "question_first", False),
+    _layout("prefixed_blocks", "question_prefixed_blocks", True),
+)
+GRIDS = {"comparison": GRID, "recipe": RECIPE_GRID, "epochs": EPOCHS_GRID, "layout": LAYOUT_GRID}
+RECIPE_GRIDS = ("recipe", "epochs", "layout")  # reported together, in one results folder
 
 
 @dataclass
@@ -150,8 +168,8 @@ class ComparisonConfig:
         default="comparison",
         metadata={
             "help": "which grid: comparison (the attention configurations on the test half), recipe (the "
-            "learning-rate screening on the dev articles) or epochs (the number of epochs at --learning_rate, on the "
-            "dev articles)"
+            "learning-rate screening on the dev articles), epochs (the number of epochs at --learning_rate, on the "
+            "dev articles) or layout (the long model's window layout at --learning_rate, on the dev articles)"
         },
     )
     cells: list[str] = field(

@@ -1,6 +1,6 @@
-"""The report of the recipe choice (`--grid recipe`, then `--grid epochs`): one-epoch screening runs of each learning
-rate, then one 4-epoch run at the chosen one with the dev F1 after every epoch, evaluated on the dev articles under
-both window scoring rules.
+"""The report of the recipe choice (`--grid recipe`, then `--grid epochs` and `--grid layout`): one-epoch screening
+runs of each learning rate, then one 4-epoch run at the chosen one with the dev F1 after every epoch, and the long
+model's window layout at N = 1024, evaluated on the dev articles under both window scoring rules.
 `README.md` in the results folder: the rules of the choice (fixed before any run), the tables, what was chosen, and the
 commands."""
 
@@ -11,7 +11,14 @@ from pathlib import Path
 from blockbert_hf.pipeline_question_answering import WINDOW_SCORING_RULES
 from blockbert_hf.saving import write_file_atomically
 
-from .grid import EPOCHS_GRID, RECIPE_EPOCHS, RECIPE_GRID, SCREENING_NEGATIVE_RATE, ComparisonConfig
+from .grid import (
+    EPOCHS_GRID,
+    LAYOUT_GRID,
+    RECIPE_EPOCHS,
+    RECIPE_GRID,
+    SCREENING_NEGATIVE_RATE,
+    ComparisonConfig,
+)
 from .report import _table, load_results
 
 
@@ -30,6 +37,12 @@ EPOCHS_RULE = (
     "window (one window per question: both window scoring rules answer alike); a tie goes to fewer epochs. A shorter "
     "count is then trained on its own schedule, which anneals the rate sooner than the 4-epoch run had at that epoch, "
     "so the rule leans towards 4 epochs while the curve still rises. Fixed before the run."
+)
+
+LAYOUT_RULE = (
+    "The long model's window layout is the one of the two runs at N = 1024 (BlockBERT n = 2, 10:2, one epoch at the "
+    "chosen learning rate) with the higher dev F1 averaged over the three dev sets under the chosen window scoring; a "
+    "tie goes to the question first. Fixed before either run."
 )
 
 
@@ -105,6 +118,29 @@ def epochs_choice(results: Mapping[str, Mapping], choice: Mapping | None) -> dic
     return None
 
 
+def layout_choice(results: Mapping[str, Mapping], choice: Mapping | None) -> dict | None:
+    """The window layout and positions `LAYOUT_RULE` picks from the layout runs at the chosen learning rate, once
+    both have their dev results; None before (or before the learning rate is chosen)."""
+    if choice is None:
+        return None
+    runs = {
+        name: entry
+        for name, entry in results.items()
+        if entry["recipe"]["learning_rate"] == choice["learning_rate"]
+        and _mean_f1(entry, choice["window_scoring"]) is not None
+    }
+    if len(runs) < len(LAYOUT_GRID):
+        return None
+    order = [cell.name for cell in LAYOUT_GRID]  # the question first wins a tie
+    best = max(runs, key=lambda name: (_mean_f1(runs[name], choice["window_scoring"]), -order.index(name)))
+    cell = runs[best]["cell"]
+    return {
+        "cell": best,
+        "window_layout": cell["window_layout"],
+        "block_relative_positions": cell["block_relative_positions"],
+    }
+
+
 def _epoch_rows(results: Mapping[str, Mapping]) -> list[list[str]]:
     """One row per evaluated epoch of the epoch runs: the training loss logged last before it, dev loss, EM, F1."""
     rows = []
@@ -128,10 +164,10 @@ def _epoch_rows(results: Mapping[str, Mapping]) -> list[list[str]]:
 
 def write_recipe_report(config: ComparisonConfig) -> dict:
     """Writes `README.md` of the recipe choice into the results folder from the screening cells' results."""
-    found = load_results(config, RECIPE_GRID + EPOCHS_GRID)
-    epoch_names = {cell.name for cell in EPOCHS_GRID}
-    results = {name: entry for name, entry in found.items() if name not in epoch_names}
-    epoch_runs = {name: entry for name, entry in found.items() if name in epoch_names}
+    found = load_results(config, RECIPE_GRID + EPOCHS_GRID + LAYOUT_GRID)
+    epoch_runs = {name: entry for name, entry in found.items() if name in {cell.name for cell in EPOCHS_GRID}}
+    layout_runs = {name: entry for name, entry in found.items() if name in {cell.name for cell in LAYOUT_GRID}}
+    results = {name: entry for name, entry in found.items() if name not in {**epoch_runs, **layout_runs}}
     header = ["cell", "lr", "epochs", "final train loss", "train wall min", "training precision"]
     for set_name in DEV_SETS:
         header += [f"{set_name} F1 ({rule})" for rule in WINDOW_SCORING_RULES] + [f"{set_name} loss"]
@@ -139,13 +175,15 @@ def write_recipe_report(config: ComparisonConfig) -> dict:
     rows = [_row(name, entry) for name, entry in results.items()]
     choice = recipe_choice(results)
     epochs = epochs_choice(epoch_runs, choice)
-    pending = [cell.name for cell in RECIPE_GRID + EPOCHS_GRID if cell.name not in found]
+    layout = layout_choice(layout_runs, choice)
+    pending = [cell.name for cell in RECIPE_GRID + EPOCHS_GRID + LAYOUT_GRID if cell.name not in found]
     commands = "\n".join(command for entry in found.values() for command in entry["commands"])
     epoch_rows = [_row(name, entry) for name, entry in epoch_runs.items()]
     epoch_header = ["cell", "epoch", "step", "train loss", "dev_window_512 loss", "EM", "F1"]
     machines = [
         f"- {name}: {'; '.join(entry['train'].get('machines') or ['not recorded'])}" for name, entry in found.items()
     ]
+    chosen_rate = f" --learning_rate {choice['learning_rate']:g}" if choice else " --learning_rate <the chosen rate>"
     text = [
         "# Choosing the fine-tuning recipe on the dev articles",
         "",
@@ -185,16 +223,30 @@ def write_recipe_report(config: ComparisonConfig) -> dict:
             else "not yet (the epoch run needs its dev F1 after each epoch)."
         ),
         "",
+        "## The long model's window layout",
+        "",
+        LAYOUT_RULE,
+        "",
+        _table(header, [_row(name, entry) for name, entry in layout_runs.items()])
+        if layout_runs
+        else "No layout run has results yet.\n",
+        "**Choice**: "
+        + (
+            f"`{layout['window_layout']}`, "
+            + ("positions restarting in every block." if layout["block_relative_positions"] else "running positions.")
+            if layout
+            else "not yet (both layout runs need their dev results)."
+        ),
+        "",
         "## Commands",
         "",
         "```bash",
-        "python experiments/qa_comparison.py run --grid recipe --data_dir $DATA_DIR --work_dir $WORK_DIR "
-        f"--results_dir {config.results_dir} --effective_batch_size {config.effective_batch_size} "
-        f"--mixed_precision {config.mixed_precision}",
-        "python experiments/qa_comparison.py run --grid epochs --learning_rate "
-        + (f"{choice['learning_rate']:g}" if choice else "<the chosen learning rate>")
-        + f" --data_dir $DATA_DIR --work_dir $WORK_DIR --results_dir {config.results_dir} "
-        f"--effective_batch_size {config.effective_batch_size} --mixed_precision {config.mixed_precision}",
+        *(
+            f"python experiments/qa_comparison.py run --grid {grid}{at_rate} --data_dir $DATA_DIR --work_dir $WORK_DIR "
+            f"--results_dir {config.results_dir} --effective_batch_size {config.effective_batch_size} "
+            f"--mixed_precision {config.mixed_precision}"
+            for grid, at_rate in (("recipe", ""), ("epochs", chosen_rate), ("layout", chosen_rate))
+        ),
         "python experiments/qa_comparison.py report --grid recipe "
         f"--results_dir {config.results_dir} --effective_batch_size {config.effective_batch_size} "
         f"--mixed_precision {config.mixed_precision}",
@@ -212,4 +264,4 @@ def write_recipe_report(config: ComparisonConfig) -> dict:
         "",
     ]
     write_file_atomically(Path(config.results_dir) / "README.md", "\n".join(text))
-    return {"cells": list(found), "choice": choice, "epochs": epochs, "pending": pending}
+    return {"cells": list(found), "choice": choice, "epochs": epochs, "layout": layout, "pending": pending}
