@@ -612,6 +612,44 @@ def test_report_repeats_the_comparison_at_each_seed_against_the_baselines_config
     assert "## Differences to the baseline's configuration at the same seed" in (folder / "README.md").read_text()
 
 
+def test_verdicts_average_the_paired_difference_over_seeds_and_resolve_only_gaps_beyond_both_seed_spreads(tmp_path):
+    folder = tmp_path / "results"
+    full_0, blockwise_0, full_1, blockwise_1 = GRID[:4]  # full and n=2 at seeds 0 and 1
+    sparse = next(cell for cell in GRID if cell.attention_pattern == "sparse_fixed")  # one seed
+    articles = [0, 0, 1, 1, 2, 2, 3, 3]
+    _write_cell(folder, full_0, [0.50, 0.60] * 4)
+    _write_cell(folder, full_1, [0.52, 0.62] * 4)  # full attention's seed spread: 2 points
+    _write_cell(folder, blockwise_0, [0.40, 0.50] * 4)  # -10 at seed 0
+    _write_cell(folder, blockwise_1, [0.46, 0.56] * 4)  # -6 at seed 1; its spread: 6 points
+    _write_cell(folder, sparse, [0.49, 0.60] * 4)  # -0.5 against seed 0 alone
+    (folder / "questions.json").write_text(json.dumps({"sweep_512": {"article": articles, "ids": [], "titles": []}}))
+    report = write_report(ComparisonConfig(results_dir=str(folder), bootstrap_samples=300))
+    verdicts = report["seed_averaged_verdicts"]
+    blockwise = verdicts[blockwise_0.name]["sweep_512"]
+    assert blockwise["seeds"] == [0, 1] and blockwise["f1"]["difference"] == pytest.approx(-8.0)
+    assert blockwise["seed_spread"] == pytest.approx({"configuration": 6.0, "baseline": 2.0})
+    assert blockwise["f1"]["excludes_zero"] and blockwise["verdict"] == "resolved"  # 8 > 6 and 2
+    one_seed = verdicts[sparse.name]["sweep_512"]
+    assert one_seed["seeds"] == [0] and one_seed["f1"]["difference"] == pytest.approx(-0.5)
+    assert one_seed["seed_spread"]["configuration"] is None
+    assert one_seed["f1"]["excludes_zero"] and one_seed["verdict"] == "within the seed spread"  # 0.5 < 2
+    readme = (folder / "README.md").read_text()
+    assert f"| `{blockwise_0.name}` | sweep_512 | 0, 1 | -8.0 [-8.0, -8.0] | 6.0 / 2.0 | resolved |" in readme
+    assert f"| `{sparse.name}` | sweep_512 | 0 | -0.5 [" in readme and "| one seed / 2.0 | within the seed" in readme
+
+    # One seed on each side: a gap beyond its interval still waits for a seed spread; a gap inside it is unresolved.
+    for name, blockwise_f1, verdict in (("one_seed", 0.4, "no seed spread yet"), ("mixed", None, "smaller than")):
+        scores = [blockwise_f1] * 8 if blockwise_f1 else [0.7, 0.7, 0.3, 0.3] * 2  # +20 and -20 by article
+        _write_cell(tmp_path / name, full_0, [0.5] * 8)
+        _write_cell(tmp_path / name, blockwise_0, scores)
+        (tmp_path / name / "questions.json").write_text((folder / "questions.json").read_text())
+        entry = write_report(ComparisonConfig(results_dir=str(tmp_path / name), bootstrap_samples=300))[
+            "seed_averaged_verdicts"
+        ][blockwise_0.name]["sweep_512"]
+        assert entry["seed_spread"] == {"configuration": None, "baseline": None}
+        assert entry["verdict"].startswith(verdict)
+
+
 def test_report_compares_a_long_n_cell_with_full_attention_at_its_own_n(tmp_path):
     folder = tmp_path / "results"
     full_512, blockwise_512 = GRID[0], GRID[1]

@@ -11,7 +11,7 @@ from blockbert_hf.saving import write_file_atomically, write_json_atomically
 from ..minilm import MINILM_DEFINITION, MINILM_INSTALL, MINILM_VARIABLE
 from .grid import GRID, Cell, ComparisonConfig, batch_sizes
 from .layout import DATA_DIR_VARIABLE, SQUAD_DEV, WORK_DIR_VARIABLE, missing_keys, read_json
-from .scores import compare_cells, equal_window_pairs, same_seed_pairs, seed_pairs
+from .scores import compare_cells, equal_window_pairs, same_seed_pairs, seed_averaged_verdicts, seed_pairs
 
 
 logger = logging.getLogger(__name__)
@@ -136,6 +136,29 @@ def intervals_table(compared: Mapping[str, dict], sets: Sequence[str], metric: s
             cells.append(f"**{text}**" if value["excludes_zero"] else text)
         rows.append([f"`{name}`", *cells])
     return _table(["cell", *sets], rows)
+
+
+def verdicts_table(verdicts: Mapping[str, dict], sets: Sequence[str]) -> str:
+    """One row per configuration and set: the seed-averaged difference, both seed spreads, the verdict."""
+
+    def spread(value: float | None) -> str:
+        return "one seed" if value is None else f"{value:.1f}"
+
+    rows = [
+        [
+            f"`{name}`",
+            test_set,
+            ", ".join(str(seed) for seed in entry["seeds"]),
+            f"{entry['f1']['difference']:+.1f} [{entry['f1']['low']:+.1f}, {entry['f1']['high']:+.1f}]",
+            f"{spread(entry['seed_spread']['configuration'])} / {spread(entry['seed_spread']['baseline'])}",
+            entry["verdict"],
+        ]
+        for name, per_set in verdicts.items()
+        for test_set in sets
+        if (entry := per_set.get(test_set))
+    ]
+    header = ["configuration (first cell)", "set", "seeds", "F1 difference [95%]", "seed spread (it / baseline)"]
+    return _table([*header, "verdict"], rows)
 
 
 def cost_table(results: Mapping[str, dict], sets: Sequence[str]) -> str:
@@ -284,6 +307,7 @@ def write_report(config: ComparisonConfig, grid: Sequence[Cell] = GRID) -> dict:
     same_seed_cells = same_seed_pairs(results, baseline)
     same_seed = compare_cells(config, results, questions, same_seed_cells)
     same_window = compare_cells(config, results, questions, equal_window_pairs(results, pairs + same_seed_cells))
+    verdicts = seed_averaged_verdicts(config, results, questions, baseline)
     finished = [name for name, entry in results.items() if entry["finished"]]
     pending = [cell.name for cell in grid if cell.name not in finished]
     plotted = plot_sweep(results, folder / "f1_vs_context_length.png")
@@ -342,6 +366,16 @@ def write_report(config: ComparisonConfig, grid: Sequence[Cell] = GRID) -> dict:
             "no blocks), where the sections above do not already give that comparison.\n\n"
             + intervals_table(same_window, sets)
         )
+    if verdicts:
+        parts.append(
+            f"## Verdicts: differences to `{baseline}`'s configuration averaged over seeds (F1 points)\n\nPer "
+            "question, the F1 difference to the baseline's configuration at the same seed, averaged over the seeds "
+            "both have, with its paired article-bootstrap interval (95%). The seed spread is the largest gap between "
+            "two seeds' F1 of one configuration. A gap is *resolved* where the interval excludes zero and the gap "
+            "exceeds both configurations' seed spread (the known one, for a configuration with one seed); otherwise "
+            "it is *smaller than the interval* (the interval includes zero), *within the seed spread*, or has *no "
+            "seed spread yet* (one seed on both sides).\n\n" + verdicts_table(verdicts, sets)
+        )
     if seeds:
         parts.append(
             "## Seed spread (F1 points, second seed minus first, 95% interval)\n\n" + intervals_table(seeds, sets)
@@ -373,6 +407,7 @@ def write_report(config: ComparisonConfig, grid: Sequence[Cell] = GRID) -> dict:
         "differences_at_the_same_seed": same_seed,
         "differences_at_the_same_window": same_window,
         "seed_spread": seeds,
+        "seed_averaged_verdicts": verdicts,
     }
     write_file_atomically(folder / "README.md", "\n".join(parts))
     write_json_atomically(folder / "results.json", report)

@@ -82,6 +82,12 @@ def paired_article_bootstrap(
     }
 
 
+def _excludes_zero(interval: Mapping) -> bool:
+    """Whether a difference's interval excludes zero; one article gives a zero-width interval that says nothing, so
+    it never counts as a difference."""
+    return interval["articles"] > 1 and (interval["low"] > 0 or interval["high"] < 0)
+
+
 def _comparable(results: Mapping, other: str, baseline: str, test_set: str) -> bool:
     """Whether both cells scored the set on the same questions."""
     a, b = results[other]["scores"].get(test_set), results[baseline]["scores"].get(test_set)
@@ -109,8 +115,7 @@ def compare_cells(
                     samples=config.bootstrap_samples,
                     seed=config.bootstrap_seed,
                 )
-                # one article gives a zero-width interval that says nothing: never call it a difference
-                interval["excludes_zero"] = interval["articles"] > 1 and (interval["low"] > 0 or interval["high"] < 0)
+                interval["excludes_zero"] = _excludes_zero(interval)
                 entry[metric] = interval
             compared.setdefault(name, {})[test_set] = entry
     return compared
@@ -164,3 +169,68 @@ def equal_window_pairs(results: Mapping[str, dict], already: Sequence[tuple[str,
         if results[name]["cell"]["attention_pattern"] != "full" and window(name) in full
     ]
     return [pair for pair in pairs if pair not in set(already)]
+
+
+def _mean_f1_points(results: Mapping[str, dict], name: str, test_set: str) -> float:
+    return 100 * float(np.mean(results[name]["scores"][test_set]["f1"]))
+
+
+def _seed_mean_scores(results: Mapping[str, dict], cells: Mapping[int, str], seeds, test_set: str) -> np.ndarray:
+    """Per question, the F1 (points) of `cells` averaged over `seeds`."""
+    return np.mean([100 * np.asarray(results[cells[seed]]["scores"][test_set]["f1"], float) for seed in seeds], axis=0)
+
+
+def seed_averaged_verdicts(
+    config: ComparisonConfig, results: Mapping[str, dict], questions: Mapping[str, dict], baseline: str
+) -> dict:
+    """Each configuration against the baseline's, averaged over the seeds both have (per question, the mean over
+    those seeds of the F1 difference at the same seed), with its paired article-bootstrap interval, each side's seed
+    spread (the largest gap between the mean F1 of two of its seeds; unknown with one seed) and a verdict: *resolved*
+    where the interval excludes zero and the gap exceeds every known spread of the two; else *smaller than the
+    interval* (it includes zero), *within the seed spread*, or *no seed spread yet* (one seed on both sides). Keyed by
+    the configuration's first cell."""
+    if baseline not in results:
+        return {}
+    configurations: dict[str, dict[int, str]] = {}
+    for name in results:
+        configurations.setdefault(configuration_key(results, name), {})[results[name]["cell"]["seed"]] = name
+    reference = configurations[configuration_key(results, baseline)]
+    verdicts: dict = {}
+    for key, by_seed in configurations.items():
+        seeds = sorted(set(by_seed) & set(reference))
+        if key == configuration_key(results, baseline) or not seeds:
+            continue
+        for test_set in results[by_seed[seeds[0]]]["scores"]:
+            if not all(_comparable(results, by_seed[seed], reference[seed], test_set) for seed in seeds):
+                continue
+            mine, theirs = (_seed_mean_scores(results, cells, seeds, test_set) for cells in (by_seed, reference))
+            interval = paired_article_bootstrap(
+                mine,
+                theirs,
+                questions[test_set]["article"][: len(mine)],
+                samples=config.bootstrap_samples,
+                seed=config.bootstrap_seed,
+            )
+            interval["excludes_zero"] = _excludes_zero(interval)
+            spreads = {}
+            for side, cells in (("configuration", by_seed), ("baseline", reference)):
+                means = [
+                    _mean_f1_points(results, cells[s], test_set)
+                    for s in sorted(cells)
+                    if test_set in results[cells[s]]["scores"]
+                ]
+                spreads[side] = max(means) - min(means) if len(means) > 1 else None
+            known = [spread for spread in spreads.values() if spread is not None]
+            if not interval["excludes_zero"]:
+                verdict = "smaller than the interval"
+            elif not known:
+                verdict = "no seed spread yet"
+            else:
+                verdict = "resolved" if abs(interval["difference"]) > max(known) else "within the seed spread"
+            verdicts.setdefault(by_seed[seeds[0]], {})[test_set] = {
+                "seeds": seeds,
+                "f1": interval,
+                "seed_spread": spreads,
+                "verdict": verdict,
+            }
+    return verdicts
