@@ -194,11 +194,12 @@ def seed_averaged_verdicts(
     configurations: dict[str, dict[int, str]] = {}
     for name in results:
         configurations.setdefault(configuration_key(results, name), {})[results[name]["cell"]["seed"]] = name
-    reference = configurations[configuration_key(results, baseline)]
+    baseline_key = configuration_key(results, baseline)
+    reference = configurations[baseline_key]
     verdicts: dict = {}
     for key, by_seed in configurations.items():
         seeds = sorted(set(by_seed) & set(reference))
-        if key == configuration_key(results, baseline) or not seeds:
+        if key == baseline_key or not seeds:
             continue
         for test_set in results[by_seed[seeds[0]]]["scores"]:
             if not all(_comparable(results, by_seed[seed], reference[seed], test_set) for seed in seeds):
