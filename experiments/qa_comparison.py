@@ -8,6 +8,8 @@ test sets (see docs/qa_comparison/README.md).
     python experiments/qa_comparison.py report            # table, plot, intervals from the cells finished so far
     python experiments/qa_comparison.py run --grid recipe --effective_batch_size 16 --mixed_precision bf16
                                                           # the learning-rate screening on the dev articles
+    python experiments/qa_comparison.py run --recipe_dir docs/qa_recipe --effective_batch_size 16
+                                                          # the comparison on the recipe chosen there
 
 `run` can be interrupted at any time and started again: converted models are cached, finished trainings and
 evaluations are skipped, an interrupted training resumes from its last checkpoint (one about every
@@ -25,6 +27,7 @@ from transformers import HfArgumentParser
 
 from blockbert_experiments.qa_comparison import (
     ComparisonConfig,
+    apply_recipe_choice,
     format_plan,
     plan_comparison,
     run_comparison,
@@ -64,7 +67,9 @@ def main(argv=None) -> int:
     try:
         for option in ("--work_dir", "--results_dir"):
             check_output_keeps_inputs(getattr(config, option[2:]), inputs, output_name=option)
-    except OutputOverwritesInputError as error:
+        if config.recipe_dir is not None:
+            config = apply_recipe_choice(config)
+    except (OutputOverwritesInputError, ValueError) as error:
         print(f"qa_comparison.py: {error}", file=sys.stderr)
         return 2
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)

@@ -7,6 +7,7 @@ import importlib.util
 import json
 import random
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -31,9 +32,17 @@ from blockbert_experiments.qa_comparison import (
     write_report,
 )
 from blockbert_experiments.qa_comparison import runner as comparison_runner
-from blockbert_experiments.qa_comparison.grid import EPOCHS_GRID, LAYOUT_GRID, RECIPE_GRID, Recipe, cell_recipe
+from blockbert_experiments.qa_comparison.grid import (
+    EPOCHS_GRID,
+    LAYOUT_GRID,
+    RECIPE_GRID,
+    Recipe,
+    cell_recipe,
+    grid_cells,
+)
 from blockbert_experiments.qa_comparison.layout import cell_sets, training_file
 from blockbert_experiments.qa_comparison.recipe_report import (
+    apply_recipe_choice,
     epochs_choice,
     layout_choice,
     recipe_choice,
@@ -65,22 +74,47 @@ def test_grid_runs_in_reverse_drop_order_and_cells_select_a_subset_in_that_order
         "n512_n2_10-2_seed0",
         "n512_full_seed1",
         "n512_n2_10-2_seed1",
-        "n1024_n2_9-3",
-        "n1024_n2_9-3_paragraphs",
+        "n512_n3_8-2-2_seed0",
+        "n1024_n2_10-2",
         "n2048_n4_6-2-2-2",
-        "n1024_full",
         "n512_sparse_fixed",
-        "n512_n3_8-2-2",
+        "n512_n3_8-2-2_seed1",
     ]
     assert len({cell.name for cell in GRID}) == len(GRID)
-    chosen = select_cells(["n512_n3_8-2-2", "n512_full_seed0", "n1024_full"])
-    assert [cell.name for cell in chosen] == ["n512_full_seed0", "n1024_full", "n512_n3_8-2-2"]
+    chosen = select_cells(["n512_n3_8-2-2_seed1", "n512_full_seed0", "n1024_n2_10-2"])
+    assert [cell.name for cell in chosen] == ["n512_full_seed0", "n1024_n2_10-2", "n512_n3_8-2-2_seed1"]
     assert select_cells([]) == list(GRID)
     with pytest.raises(ValueError, match="Unknown cell.*n512_full_seed0"):
         select_cells(["n512_full"])
     # the two seeds of a row share one converted model
     assert GRID[0].model_name == GRID[2].model_name and GRID[1].model_name == GRID[3].model_name
-    assert GRID[4].model_name == GRID[5].model_name and GRID[5].training_set == "paragraphs"
+    assert GRID[4].model_name == GRID[8].model_name
+
+
+def test_the_comparison_trains_like_the_recipe_and_tests_each_model_on_the_sets_of_its_arm():
+    for cell in GRID:
+        assert (cell.training_set, cell.negative_window_rate, cell.eval_half) == ("train_article", 0.08, "second")
+    sets = {cell.name: cell.eval_sets for cell in GRID}
+    assert sets["n512_n2_10-2_seed0"] == sets["n512_sparse_fixed"] == ("paragraph", "window_512")
+    assert sets["n1024_n2_10-2"] == sets["n2048_n4_6-2-2-2"] == (
+        "paragraph", "article", "sweep_512", "sweep_1024", "sweep_2048", "sweep_4096", "sweep_8192",
+    )  # fmt: skip
+    assert set(sets["n512_full_seed0"]) == set(sets["n512_n2_10-2_seed0"] + sets["n1024_n2_10-2"])  # both arms
+    assert sets["n512_full_seed1"] == ("paragraph", "window_512", "article")  # the seed spread on whole articles
+    manifest = {"sets": {name: {"half": "second"} for name in ("paragraph", "window_512", "article", "sweep_512")}}
+    manifest["sets"]["dev_article"] = {"half": "dev"}
+    assert cell_sets(manifest, list(manifest["sets"]), GRID[1]) == ["paragraph", "window_512"]
+    assert cell_sets(manifest, list(manifest["sets"]), GRID[5]) == ["paragraph", "article", "sweep_512"]
+    # The long BlockBERT models take the layout the recipe chose; the N = 512 models keep the question first.
+    chosen = ComparisonConfig(long_window_layout="question_prefixed_blocks", long_block_relative_positions=True)
+    cells = {cell.name: cell for cell in grid_cells(chosen)}
+    assert [name for name, cell in cells.items() if cell.window_layout != "question_first"] == [
+        "n1024_n2_10-2",
+        "n2048_n4_6-2-2-2",
+    ]
+    assert cells["n1024_n2_10-2"].block_relative_positions and "block-relative" in cells["n1024_n2_10-2"].model_name
+    assert not cells["n512_n2_10-2_seed0"].block_relative_positions
+    assert grid_cells(ComparisonConfig()) == GRID
 
 
 def test_the_recipe_grid_screens_each_learning_rate_for_one_epoch_on_the_dev_articles():
@@ -267,6 +301,9 @@ def test_the_recipe_report_tables_the_screening_then_the_epoch_curve_and_states_
     assert "- dev_n512_full_lr0.0001: not recorded" in epochs_part  # trained before machines were recorded
     assert "No layout run has results yet." in epochs_part
     assert "run --grid layout --learning_rate 0.0002 " in epochs_part
+    comparison = ComparisonConfig(recipe_dir=str(tmp_path), results_dir=str(tmp_path / "comparison"))
+    with pytest.raises(ValueError, match="no layout chosen yet: run"):
+        apply_recipe_choice(comparison)
     for cell, f1 in zip(LAYOUT_GRID, (48.0, 51.0)):
         write(cell, 2e-4, 1.0, f1)
     report = write_recipe_report(config)
@@ -274,6 +311,21 @@ def test_the_recipe_report_tables_the_screening_then_the_epoch_curve_and_states_
     layout_part = (tmp_path / "README.md").read_text().split("## The long model's window layout")[1]
     assert "| dev_n1024_n2_question_first | 0.0002 | 1 |" in layout_part
     assert "**Choice**: `question_prefixed_blocks`, positions restarting in every block." in layout_part
+    # The comparison then trains on the recipe chosen here.
+    chosen = apply_recipe_choice(comparison)
+    assert (chosen.learning_rate, chosen.num_train_epochs, chosen.window_scoring) == (
+        2e-4,
+        3.0,
+        report["choice"]["window_scoring"],
+    )
+    assert (chosen.long_window_layout, chosen.long_block_relative_positions) == ("question_prefixed_blocks", True)
+    long_cell = next(cell for cell in grid_cells(chosen) if cell.name == "n1024_n2_10-2")
+    manifest = {"sets": {"train_article": {"file": "a.json", "half": "first", "questions": 10, "target_tokens": None}}}
+    args = train_args(chosen, long_cell, manifest, train_minutes=10.0)
+    options = dict(zip(args, args[1:]))  # each word and the next: an option and its value
+    assert options["--learning_rate"] == "0.0002" and options["--num_train_epochs"] == "3.0"
+    assert options["--window_layout"] == "question_prefixed_blocks" and options["--negative_window_rate"] == "0.08"
+    assert options["--window_scoring"] == chosen.window_scoring
 
 
 def test_batch_sizes_keep_the_effective_batch_at_every_length():
@@ -505,15 +557,12 @@ def test_run_end_to_end_then_resume_redoes_only_what_is_missing(tiny_setup, monk
     assert cli.main(["bogus"]) == 2
 
 
-def test_a_run_with_the_paragraphs_cell_and_no_squad_file_stops_before_any_work(tiny_setup, tmp_path, capsys):
+def test_a_run_with_the_paragraphs_cell_and_no_squad_file_stops_before_any_work(tiny_setup, tmp_path):
     config = _config(tiny_setup, squad_file=None, work_dir=str(tmp_path / "work"), results_dir=str(tmp_path / "r"))
     grid = [TINY_CELL, Cell("tiny_paragraphs", 512, "full", train_set=PARAGRAPHS)]
     with pytest.raises(FileNotFoundError, match="pass it as --squad_file"):
         run_comparison(config, grid)
     assert not (tmp_path / "work").exists() and not (tmp_path / "r").exists()
-    args = ["run", "--cells", "n1024_n2_9-3_paragraphs", *_cli_args(tiny_setup)[:2], "--work_dir", str(tmp_path)]
-    args += ["--source_model", str(tiny_setup / "source")]
-    assert _load_cli().main(args) == 2 and "pass it as --squad_file" in capsys.readouterr().err
 
 
 def test_the_paragraphs_cell_trains_on_the_first_half_of_the_file_the_sets_came_from(tmp_path):
@@ -536,11 +585,11 @@ def _cli_args(root):
 def test_dry_run_prints_the_plan_in_priority_order(tiny_setup, capsys):
     root = tiny_setup
     cli = _load_cli()
-    cells = ["n512_n3_8-2-2", "n512_full_seed0"]
+    cells = ["n512_n3_8-2-2_seed0", "n512_full_seed0"]
     assert cli.main(["run", "--dry_run", "--cells", *cells, *_cli_args(root)]) == 0
     printed = capsys.readouterr().out
-    assert printed.index("n512_full_seed0") < printed.index("n512_n3_8-2-2") and "Estimated total" in printed
-    assert "n1024_full" not in printed
+    assert printed.index("n512_full_seed0") < printed.index("n512_n3_8-2-2_seed0") and "Estimated total" in printed
+    assert "n1024_n2_10-2" not in printed
     plan = format_plan(_config(root), plan_comparison(_config(root, cells=cells)))
     assert plan.splitlines()[1].startswith("n512_full_seed0")
 
@@ -595,7 +644,8 @@ def test_report_gives_intervals_against_the_baseline_and_the_seed_spread(tmp_pat
 
 def test_report_repeats_the_comparison_at_each_seed_against_the_baselines_configuration(tmp_path):
     folder = tmp_path / "results"
-    full_0, blockwise_0, full_1, blockwise_1, long_n = GRID[:5]  # full and n=2 at seeds 0 and 1, then n=2 at N=1024
+    full_0, blockwise_0, full_1, blockwise_1 = GRID[:4]  # full and n=2 at seeds 0 and 1
+    long_n = next(cell for cell in GRID if cell.max_seq_length == 1024)
     _write_cell(folder, full_0, [0.5] * 8)
     _write_cell(folder, blockwise_0, [0.5] * 8)
     _write_cell(folder, full_1, [0.2] * 8)  # a seed that trained worse
@@ -653,8 +703,9 @@ def test_verdicts_average_the_paired_difference_over_seeds_and_resolve_only_gaps
 def test_report_compares_a_long_n_cell_with_full_attention_at_its_own_n(tmp_path):
     folder = tmp_path / "results"
     full_512, blockwise_512 = GRID[0], GRID[1]
-    blockwise_1024, paragraphs_1024 = GRID[4], GRID[5]
-    full_1024 = next(cell for cell in GRID if cell.name == "n1024_full")
+    blockwise_1024 = next(cell for cell in GRID if cell.max_seq_length == 1024)
+    paragraphs_1024 = replace(blockwise_1024, name="n1024_paragraphs", train_set=PARAGRAPHS)
+    full_1024 = replace(full_512, name="n1024_full", max_seq_length=1024)
     _write_cell(folder, full_512, [0.5] * 8)
     _write_cell(folder, blockwise_512, [0.4] * 8)  # its full-attention partner is the baseline: reported once
     _write_cell(folder, blockwise_1024, [0.3] * 8)
@@ -662,7 +713,8 @@ def test_report_compares_a_long_n_cell_with_full_attention_at_its_own_n(tmp_path
     _write_cell(folder, full_1024, [0.1] * 8)
     articles = [0, 0, 1, 1, 2, 2, 3, 3]
     (folder / "questions.json").write_text(json.dumps({"sweep_512": {"article": articles, "ids": [], "titles": []}}))
-    report = write_report(ComparisonConfig(results_dir=str(folder), bootstrap_samples=300))
+    grid = [full_512, blockwise_512, blockwise_1024, paragraphs_1024, full_1024]
+    report = write_report(ComparisonConfig(results_dir=str(folder), bootstrap_samples=300), grid)
     same_window = report["differences_at_the_same_window"]
     assert list(same_window) == [blockwise_1024.name]
     assert same_window[blockwise_1024.name]["sweep_512"]["f1"]["difference"] == pytest.approx(20)

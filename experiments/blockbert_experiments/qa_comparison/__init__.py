@@ -1,6 +1,8 @@
 """The fine-tuning comparison on long-context QA: one pretrained encoder converted to BlockBERT in several attention
-configurations (the grid of `GRID`: full attention, the sparse "fixed" pattern and blockwise n = 2, 3, 4 at N = 512,
-1024, 2048), each fine-tuned with one recipe and evaluated on the test sets of `blockbert_experiments.long_context`.
+configurations (the grid of `GRID`: full attention, the sparse "fixed" pattern and blockwise n = 2, 3 at N = 512,
+BlockBERT at N = 1024 and 2048), each fine-tuned with the recipe chosen on the dev articles (`RECIPE_GRID`,
+`EPOCHS_GRID`, `LAYOUT_GRID`; `apply_recipe_choice`) and evaluated on the test sets of
+`blockbert_experiments.long_context`.
 
 `run_comparison` works through the cells in priority order and can be stopped at any time: a converted model is cached
 and reused, a finished training or evaluation is skipped, an interrupted training resumes from its last checkpoint and
@@ -21,7 +23,7 @@ table), `steps` (the scripts' arguments, running one step), `runner` (the resuma
 
 from .grid import BASELINE, GRID, PARAGRAPHS, Cell, ComparisonConfig, batch_sizes, select_cells
 from .plan import CellPlan, format_plan, plan_comparison
-from .recipe_report import write_recipe_report
+from .recipe_report import apply_recipe_choice, write_recipe_report
 from .report import write_report
 from .runner import run_comparison, write_grid_report
 from .scores import paired_article_bootstrap, question_scores
@@ -34,6 +36,7 @@ __all__ = [
     "Cell",
     "CellPlan",
     "ComparisonConfig",
+    "apply_recipe_choice",
     "batch_sizes",
     "format_plan",
     "paired_article_bootstrap",

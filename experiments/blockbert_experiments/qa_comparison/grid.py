@@ -4,12 +4,15 @@ comparison) and `RECIPE_GRID` (the choice of the fine-tuning recipe on the dev a
 `ComparisonConfig` (folders, the recipe, the report's settings) and the batch sizes the recipe gives at each N."""
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 
 BASELINE = "n512_full_seed0"
 PARAGRAPHS = "paragraphs"  # training set of the ablation: the first half's questions with their paragraph as context
 HALVES = ("second", "dev")  # what a cell is evaluated on: the test half, or the dev articles (recipe choice)
+# Training windows without their question's answer are kept at this rate (labelled null): in the recipe's screening,
+# about one per window that holds the answer. Every model of the recipe choice and of the comparison trains so.
+SCREENING_NEGATIVE_RATE = 0.08
 
 
 @dataclass(frozen=True)
@@ -19,7 +22,8 @@ class Cell:
     `num_train_epochs` and `negative_window_rate` override the run's recipe where set; `eval_half` is the half whose
     sets the cell is evaluated on (`"second"`: the test sets, `"dev"`: the dev articles). `window_layout` and
     `block_relative_positions` are how its windows are laid out and its positions counted; `epoch_eval_set`, a set
-    evaluated after every training epoch (loss, EM, F1 in the training log)."""
+    evaluated after every training epoch (loss, EM, F1 in the training log); `eval_sets`, the sets of its half it is
+    evaluated on (None: all)."""
 
     name: str
     max_seq_length: int
@@ -35,6 +39,7 @@ class Cell:
     window_layout: str = "question_first"
     block_relative_positions: bool = False
     epoch_eval_set: str | None = None
+    eval_sets: tuple[str, ...] | None = None
 
     @property
     def training_set(self) -> str:
@@ -63,25 +68,37 @@ class Cell:
         return f"N={self.max_seq_length} {model}, seed {self.seed}{trained}"
 
 
-def _blockwise(name, length, num_blocks, heads, seed=0, train_set=None) -> Cell:
-    return Cell(name, length, "blockwise", num_blocks, heads, seed, train_set)
+# The comparison, on the recipe chosen on the dev articles (`--recipe_dir`): every model trained on the first half's
+# questions with their whole article as context (every window that holds the answer, windows without it sampled at
+# the screening's rate), windows of N tokens. The N = 512 models are tested on each question's paragraph and on its
+# context filled to one 512-token window (most windows then span several blocks); the long-document arm (BlockBERT at
+# N = 1024 and 2048, with the chosen layout of their windows) and full attention at N = 512 with sliding windows on
+# whole articles and the length sweep.
+N512_SETS = ("paragraph", "window_512")
+LONG_SETS = ("paragraph", "article", "sweep_512", "sweep_1024", "sweep_2048", "sweep_4096", "sweep_8192")
 
 
-# The grid in priority order: what must never be dropped first (both seeds of the N=512 full and n=2 rows), then the
-# long-N BlockBERT cells, and last what goes first when time runs short (full at N=1024, sparse_fixed, n=3).
-# N=2048 uses n=4 (blocks of 512): every block then holds the 512 position rows the encoder was trained with, in
-# order, whereas n=2 blocks of 1024 would hold each position row twice (rows beyond 512 repeat the trained ones).
+def _comparison_cell(name: str, length: int, pattern: str, num_blocks=1, heads=None, seed=0, eval_sets=N512_SETS):
+    return Cell(
+        name, length, pattern, num_blocks, heads, seed, train_set="train_article",
+        negative_window_rate=SCREENING_NEGATIVE_RATE, eval_sets=eval_sets,
+    )  # fmt: skip
+
+
+# In priority order: what is never dropped (both seeds of full attention and of n = 2, the first n = 3 seed, the
+# N = 1024 model), then what goes when time runs short (dropped from the end: the second n = 3 seed, sparse_fixed,
+# then the N = 2048 model). Full attention's seed 0 is the long arm's N = 512 model, and seed 1 gives the seed
+# spread on whole articles. N = 2048 uses n = 4: blocks of 512, each within the source's 512 position rows.
 GRID: tuple[Cell, ...] = (
-    Cell("n512_full_seed0", 512, "full"),
-    _blockwise("n512_n2_10-2_seed0", 512, 2, "10:2"),
-    Cell("n512_full_seed1", 512, "full", seed=1),
-    _blockwise("n512_n2_10-2_seed1", 512, 2, "10:2", seed=1),
-    _blockwise("n1024_n2_9-3", 1024, 2, "9:3"),
-    _blockwise("n1024_n2_9-3_paragraphs", 1024, 2, "9:3", train_set=PARAGRAPHS),
-    _blockwise("n2048_n4_6-2-2-2", 2048, 4, "6:2:2:2"),
-    Cell("n1024_full", 1024, "full"),
-    Cell("n512_sparse_fixed", 512, "sparse_fixed"),
-    _blockwise("n512_n3_8-2-2", 512, 3, "8:2:2"),
+    _comparison_cell("n512_full_seed0", 512, "full", eval_sets=tuple(dict.fromkeys(N512_SETS + LONG_SETS))),
+    _comparison_cell("n512_n2_10-2_seed0", 512, "blockwise", 2, "10:2"),
+    _comparison_cell("n512_full_seed1", 512, "full", seed=1, eval_sets=N512_SETS + ("article",)),
+    _comparison_cell("n512_n2_10-2_seed1", 512, "blockwise", 2, "10:2", seed=1),
+    _comparison_cell("n512_n3_8-2-2_seed0", 512, "blockwise", 3, "8:2:2"),
+    _comparison_cell("n1024_n2_10-2", 1024, "blockwise", 2, "10:2", eval_sets=LONG_SETS),
+    _comparison_cell("n2048_n4_6-2-2-2", 2048, "blockwise", 4, "6:2:2:2", eval_sets=LONG_SETS),
+    _comparison_cell("n512_sparse_fixed", 512, "sparse_fixed"),
+    _comparison_cell("n512_n3_8-2-2_seed1", 512, "blockwise", 3, "8:2:2", seed=1),
 )
 
 
@@ -90,7 +107,6 @@ GRID: tuple[Cell, ...] = (
 # holds the answer, and windows without it sampled at SCREENING_NEGATIVE_RATE: about one per answer window), evaluated
 # on the dev articles. The most likely rates for a small encoder come first.
 SCREENING_LEARNING_RATES = (1e-4, 2e-4, 5e-5, 3e-4)
-SCREENING_NEGATIVE_RATE = 0.08
 
 
 def _dev_cell(name: str, **settings) -> Cell:
@@ -188,6 +204,25 @@ class ComparisonConfig:
         default=None, metadata={"help": "processes of each step that cut questions into windows (same windows)"}
     )
     # ---- the recipe, the same for every cell (a cell may set its own learning rate, epochs and negative rate)
+    recipe_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "the results folder of the recipe choice (e.g. docs/qa_recipe): the learning rate, epochs, window "
+            "scoring and the long models' window layout are then the ones chosen there (it is an error if one is not "
+            "chosen yet), overriding the options below"
+        },
+    )
+    window_scoring: str | None = field(
+        default=None,
+        metadata={"help": "how answers are ranked across windows: null_relative or raw (default: run_qa's)"},
+    )
+    long_window_layout: str = field(
+        default="question_first",
+        metadata={"help": "the window layout of the comparison's BlockBERT models at N > 512"},
+    )
+    long_block_relative_positions: bool = field(
+        default=False, metadata={"help": "positions restart at every block in those models"}
+    )
     learning_rate: float = field(
         default=5e-5, metadata={"help": "chosen on the dev articles from 5e-5, 1e-4, 2e-4, 3e-4 (--grid recipe)"}
     )
@@ -222,10 +257,19 @@ class ComparisonConfig:
 
 
 def grid_cells(config: ComparisonConfig) -> tuple[Cell, ...]:
-    """The cells of `config.grid`."""
+    """The cells of `config.grid`; the comparison's BlockBERT models at N > 512 lay out their windows and count their
+    positions as `config.long_window_layout` and `config.long_block_relative_positions` say."""
     if config.grid not in GRIDS:
         raise ValueError(f"--grid {config.grid!r} is unknown: choose among {', '.join(GRIDS)}.")
-    return GRIDS[config.grid]
+    if config.grid != "comparison":
+        return GRIDS[config.grid]
+    layout = dict(
+        window_layout=config.long_window_layout, block_relative_positions=config.long_block_relative_positions
+    )
+    return tuple(
+        replace(cell, **layout) if cell.max_seq_length > 512 and cell.attention_pattern == "blockwise" else cell
+        for cell in GRID
+    )
 
 
 @dataclass(frozen=True)

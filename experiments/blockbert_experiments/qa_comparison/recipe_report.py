@@ -6,6 +6,7 @@ commands."""
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from blockbert_hf.pipeline_question_answering import WINDOW_SCORING_RULES
@@ -162,20 +163,61 @@ def _epoch_rows(results: Mapping[str, Mapping]) -> list[list[str]]:
     return rows
 
 
-def write_recipe_report(config: ComparisonConfig) -> dict:
-    """Writes `README.md` of the recipe choice into the results folder from the screening cells' results."""
+@dataclass
+class RecipeRuns:
+    """The runs in a recipe results folder (all, and by grid) and the three choices (None where not made yet)."""
+
+    found: dict
+    screening: dict
+    epoch_runs: dict
+    layout_runs: dict
+    choice: dict | None
+    epochs: dict | None
+    layout: dict | None
+
+
+def recipe_runs(config: ComparisonConfig) -> RecipeRuns:
+    """The runs in `config.results_dir` and the choices that `CHOICE_RULE`, `EPOCHS_RULE` and `LAYOUT_RULE` make."""
     found = load_results(config, RECIPE_GRID + EPOCHS_GRID + LAYOUT_GRID)
     epoch_runs = {name: entry for name, entry in found.items() if name in {cell.name for cell in EPOCHS_GRID}}
     layout_runs = {name: entry for name, entry in found.items() if name in {cell.name for cell in LAYOUT_GRID}}
-    results = {name: entry for name, entry in found.items() if name not in {**epoch_runs, **layout_runs}}
+    screening = {name: entry for name, entry in found.items() if name not in {**epoch_runs, **layout_runs}}
+    choice = recipe_choice(screening)
+    epochs, layout = epochs_choice(epoch_runs, choice), layout_choice(layout_runs, choice)
+    return RecipeRuns(found, screening, epoch_runs, layout_runs, choice, epochs, layout)
+
+
+def apply_recipe_choice(config: ComparisonConfig) -> ComparisonConfig:
+    """`config` with the recipe chosen in `config.recipe_dir` (learning rate, epochs, window scoring, the long models'
+    window layout and positions); a `ValueError` that says what to run when a choice is not made yet."""
+    runs = recipe_runs(replace(config, results_dir=config.recipe_dir, grid="recipe"))
+    choice, epochs, layout = runs.choice, runs.epochs, runs.layout
+    missing = [what for what, made in (("learning rate", choice), ("epochs", epochs), ("layout", layout)) if not made]
+    if missing:
+        raise ValueError(
+            f"{config.recipe_dir} has no {', '.join(missing)} chosen yet: run `qa_comparison.py run --grid recipe`, "
+            "then `--grid epochs` and `--grid layout` at the chosen rate, into that folder first."
+        )
+    return replace(
+        config,
+        learning_rate=choice["learning_rate"],
+        num_train_epochs=epochs["num_train_epochs"],
+        window_scoring=choice["window_scoring"],
+        long_window_layout=layout["window_layout"],
+        long_block_relative_positions=layout["block_relative_positions"],
+    )
+
+
+def write_recipe_report(config: ComparisonConfig) -> dict:
+    """Writes `README.md` of the recipe choice into the results folder from the screening cells' results."""
+    runs = recipe_runs(config)
+    found, results, epoch_runs, layout_runs = runs.found, runs.screening, runs.epoch_runs, runs.layout_runs
+    choice, epochs, layout = runs.choice, runs.epochs, runs.layout
     header = ["cell", "lr", "epochs", "final train loss", "train wall min", "training precision"]
     for set_name in DEV_SETS:
         header += [f"{set_name} F1 ({rule})" for rule in WINDOW_SCORING_RULES] + [f"{set_name} loss"]
     header.append("mean F1 (null_relative)")
     rows = [_row(name, entry) for name, entry in results.items()]
-    choice = recipe_choice(results)
-    epochs = epochs_choice(epoch_runs, choice)
-    layout = layout_choice(layout_runs, choice)
     pending = [cell.name for cell in RECIPE_GRID + EPOCHS_GRID + LAYOUT_GRID if cell.name not in found]
     commands = "\n".join(command for entry in found.values() for command in entry["commands"])
     epoch_rows = [_row(name, entry) for name, entry in epoch_runs.items()]

@@ -122,9 +122,10 @@ def compare_cells(
 
 
 def configuration_key(results: Mapping[str, dict], name: str) -> str:
-    """What a cell trains, without its name and seed: cells that differ only in the seed share it."""
+    """What a cell trains, without its name, seed and test sets: cells that differ only in the seed share it."""
     cell = dict(results[name]["cell"])
     del cell["name"], cell["seed"]
+    cell.pop("eval_sets", None)
     return json.dumps(cell, sort_keys=True)
 
 

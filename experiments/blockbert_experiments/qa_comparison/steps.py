@@ -67,6 +67,8 @@ def train_args(config: ComparisonConfig, cell: Cell, manifest: Mapping, train_mi
     ]  # fmt: skip
     if cell.window_layout != "question_first":
         args += ["--window_layout", cell.window_layout]
+    if config.window_scoring is not None:
+        args += ["--window_scoring", config.window_scoring]
     if cell.epoch_eval_set is not None:
         args += [
             "--do_eval", "--eval_strategy", "epoch",
@@ -91,6 +93,8 @@ def eval_args(config: ComparisonConfig, cell: Cell, manifest: Mapping, test_set:
         "--per_device_eval_batch_size", str(eval_batch_size(config, cell.max_seq_length)),
         "--mixed_precision", config.eval_mixed_precision,
     ]  # fmt: skip
+    if config.window_scoring is not None:
+        args += ["--window_scoring", config.window_scoring]
     if config.max_eval_samples is not None:
         args += ["--max_eval_samples", str(config.max_eval_samples)]
     return args + _worker_args(config)
