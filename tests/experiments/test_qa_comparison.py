@@ -70,6 +70,8 @@ def _load_cli():
 
 def test_grid_runs_in_reverse_drop_order_and_cells_select_a_subset_in_that_order():
     assert [cell.name for cell in GRID] == [
+        "n512_full_article_seed0",
+        "n512_full_article_seed1",
         "n512_full_seed0",
         "n512_n2_10-2_seed0",
         "n512_full_seed1",
@@ -86,34 +88,52 @@ def test_grid_runs_in_reverse_drop_order_and_cells_select_a_subset_in_that_order
     assert select_cells([]) == list(GRID)
     with pytest.raises(ValueError, match="Unknown cell.*n512_full_seed0"):
         select_cells(["n512_full"])
-    # the two seeds of a row share one converted model
-    assert GRID[0].model_name == GRID[2].model_name and GRID[1].model_name == GRID[3].model_name
-    assert GRID[4].model_name == GRID[8].model_name
+    # the seeds of a configuration share one converted model
+    cells = {cell.name: cell for cell in GRID}
+    for name, cell in cells.items():
+        if name.endswith("_seed1"):
+            assert cell.model_name == cells[name.replace("_seed1", "_seed0")].model_name
 
 
-def test_the_comparison_trains_like_the_recipe_and_tests_each_model_on_the_sets_of_its_arm():
-    for cell in GRID:
-        assert (cell.training_set, cell.negative_window_rate, cell.eval_half) == ("train_article", 0.08, "second")
-    sets = {cell.name: cell.eval_sets for cell in GRID}
-    assert sets["n512_n2_10-2_seed0"] == sets["n512_sparse_fixed"] == ("paragraph", "window_512")
-    assert sets["n1024_n2_10-2"] == sets["n2048_n4_6-2-2-2"] == (
-        "paragraph", "article", "sweep_512", "sweep_1024", "sweep_2048", "sweep_4096", "sweep_8192",
-    )  # fmt: skip
-    assert set(sets["n512_full_seed0"]) == set(sets["n512_n2_10-2_seed0"] + sets["n1024_n2_10-2"])  # both arms
-    assert sets["n512_full_seed1"] == ("paragraph", "window_512", "article")  # the seed spread on whole articles
+def test_table_4_trains_on_one_window_per_question_and_the_long_arm_as_the_recipe_was_screened():
+    """Table 4 in small: contexts filled to 512 tokens, tested on paragraphs and one 512-token window. The long arm:
+    whole articles with sampled negative windows (the screening's data), tested on whole articles and the sweep."""
+    cells = {cell.name: cell for cell in GRID}
+    long_arm = ["n512_full_article_seed0", "n512_full_article_seed1", "n1024_n2_10-2", "n2048_n4_6-2-2-2"]
+    for name, cell in cells.items():
+        assert cell.eval_half == "second"
+        if name in long_arm:
+            assert (cell.training_set, cell.negative_window_rate) == ("train_article", 0.08)
+            assert {"article", "window_512"} <= set(cell.eval_sets)
+        else:
+            assert (cell.training_set, cell.max_seq_length, cell.eval_sets) == (
+                "train_512",
+                512,
+                ("paragraph", "window_512"),
+            )
+    assert cells["n1024_n2_10-2"].eval_sets == cells["n512_full_article_seed0"].eval_sets  # the same sets, paired
+    assert "sweep_8192" in cells["n512_full_article_seed0"].eval_sets
+    assert "sweep_512" not in cells["n512_full_article_seed1"].eval_sets  # the seed spread on whole articles only
     manifest = {"sets": {name: {"half": "second"} for name in ("paragraph", "window_512", "article", "sweep_512")}}
     manifest["sets"]["dev_article"] = {"half": "dev"}
-    assert cell_sets(manifest, list(manifest["sets"]), GRID[1]) == ["paragraph", "window_512"]
-    assert cell_sets(manifest, list(manifest["sets"]), GRID[5]) == ["paragraph", "article", "sweep_512"]
+    assert cell_sets(manifest, list(manifest["sets"]), cells["n512_n2_10-2_seed0"]) == ["paragraph", "window_512"]
+    assert cell_sets(manifest, list(manifest["sets"]), cells["n1024_n2_10-2"]) == [
+        "paragraph",
+        "window_512",
+        "article",
+        "sweep_512",
+    ]
     # The long BlockBERT models take the layout the recipe chose; the N = 512 models keep the question first.
     chosen = ComparisonConfig(long_window_layout="question_prefixed_blocks", long_block_relative_positions=True)
-    cells = {cell.name: cell for cell in grid_cells(chosen)}
-    assert [name for name, cell in cells.items() if cell.window_layout != "question_first"] == [
+    laid_out = {cell.name: cell for cell in grid_cells(chosen)}
+    assert [name for name, cell in laid_out.items() if cell.window_layout != "question_first"] == [
         "n1024_n2_10-2",
         "n2048_n4_6-2-2-2",
     ]
-    assert cells["n1024_n2_10-2"].block_relative_positions and "block-relative" in cells["n1024_n2_10-2"].model_name
-    assert not cells["n512_n2_10-2_seed0"].block_relative_positions
+    assert (
+        laid_out["n1024_n2_10-2"].block_relative_positions and "block-relative" in laid_out["n1024_n2_10-2"].model_name
+    )
+    assert not laid_out["n512_n2_10-2_seed0"].block_relative_positions
     assert grid_cells(ComparisonConfig()) == GRID
 
 
@@ -600,6 +620,12 @@ def test_report_without_results_and_with_a_bad_baseline_still_writes(tmp_path):
     assert "## Grid" in (tmp_path / "results" / "README.md").read_text()
 
 
+CELLS = {cell.name: cell for cell in GRID}
+TABLE4_SEEDS = tuple(
+    CELLS[name] for name in ("n512_full_seed0", "n512_n2_10-2_seed0", "n512_full_seed1", "n512_n2_10-2_seed1")
+)
+
+
 def _write_cell(folder, cell: Cell, f1: list[float], test_set="sweep_512"):
     results = {
         "cell": {**vars(cell)},
@@ -625,7 +651,9 @@ def _write_cell(folder, cell: Cell, f1: list[float], test_set="sweep_512"):
 
 def test_report_gives_intervals_against_the_baseline_and_the_seed_spread(tmp_path):
     folder = tmp_path / "results"
-    baseline, other, second_seed = GRID[0], GRID[1], GRID[2]  # full seed 0, n=2 seed 0, full seed 1
+    baseline, other, second_seed = (
+        CELLS[name] for name in ("n512_full_seed0", "n512_n2_10-2_seed0", "n512_full_seed1")
+    )
     articles = [0, 0, 1, 1, 2, 2, 3, 3]
     _write_cell(folder, baseline, [0.5] * 8)
     _write_cell(folder, other, [0.9] * 8)  # better on every question: the interval excludes zero
@@ -644,7 +672,7 @@ def test_report_gives_intervals_against_the_baseline_and_the_seed_spread(tmp_pat
 
 def test_report_repeats_the_comparison_at_each_seed_against_the_baselines_configuration(tmp_path):
     folder = tmp_path / "results"
-    full_0, blockwise_0, full_1, blockwise_1 = GRID[:4]  # full and n=2 at seeds 0 and 1
+    full_0, blockwise_0, full_1, blockwise_1 = TABLE4_SEEDS  # full and n=2 at seeds 0 and 1
     long_n = next(cell for cell in GRID if cell.max_seq_length == 1024)
     _write_cell(folder, full_0, [0.5] * 8)
     _write_cell(folder, blockwise_0, [0.5] * 8)
@@ -664,7 +692,7 @@ def test_report_repeats_the_comparison_at_each_seed_against_the_baselines_config
 
 def test_verdicts_average_the_paired_difference_over_seeds_and_resolve_only_gaps_beyond_both_seed_spreads(tmp_path):
     folder = tmp_path / "results"
-    full_0, blockwise_0, full_1, blockwise_1 = GRID[:4]  # full and n=2 at seeds 0 and 1
+    full_0, blockwise_0, full_1, blockwise_1 = TABLE4_SEEDS  # full and n=2 at seeds 0 and 1
     sparse = next(cell for cell in GRID if cell.attention_pattern == "sparse_fixed")  # one seed
     articles = [0, 0, 1, 1, 2, 2, 3, 3]
     _write_cell(folder, full_0, [0.50, 0.60] * 4)
@@ -702,10 +730,10 @@ def test_verdicts_average_the_paired_difference_over_seeds_and_resolve_only_gaps
 
 def test_report_compares_a_long_n_cell_with_full_attention_at_its_own_n(tmp_path):
     folder = tmp_path / "results"
-    full_512, blockwise_512 = GRID[0], GRID[1]
+    full_512, blockwise_512 = CELLS["n512_full_seed0"], CELLS["n512_n2_10-2_seed0"]
     blockwise_1024 = next(cell for cell in GRID if cell.max_seq_length == 1024)
     paragraphs_1024 = replace(blockwise_1024, name="n1024_paragraphs", train_set=PARAGRAPHS)
-    full_1024 = replace(full_512, name="n1024_full", max_seq_length=1024)
+    full_1024 = replace(CELLS["n512_full_article_seed0"], name="n1024_full", max_seq_length=1024)  # same data
     _write_cell(folder, full_512, [0.5] * 8)
     _write_cell(folder, blockwise_512, [0.4] * 8)  # its full-attention partner is the baseline: reported once
     _write_cell(folder, blockwise_1024, [0.3] * 8)
@@ -734,7 +762,7 @@ def test_report_skips_a_cell_with_an_unreadable_file_naming_it_and_reports_the_o
     tmp_path, caplog, file, text, problem
 ):
     folder = tmp_path / "results"
-    baseline, other = GRID[0], GRID[1]
+    baseline, other = TABLE4_SEEDS[:2]
     _write_cell(folder, baseline, [0.5] * 4)
     _write_cell(folder, other, [0.9] * 4)
     (folder / "questions.json").write_text(json.dumps({"sweep_512": {"article": [0, 0, 1, 1], "ids": []}}))
