@@ -219,6 +219,8 @@ def test_the_recipe_choice_takes_the_best_mean_dev_f1_and_the_better_rule_on_who
     }
     assert recipe_choice(results) is None  # a screening run has no results yet
     results["d"] = cell(3e-4, 10.0, 10.0, 10.0, 10.0)
+    evaluating = {**results["d"], "sets": {"dev_paragraph": results["d"]["sets"]["dev_paragraph"]}}
+    assert recipe_choice({**results, "d": evaluating}) is None  # one still being evaluated: no choice, no error
     assert recipe_choice(results) == {"cell": "b", "learning_rate": 1e-4, "window_scoring": "raw"}
 
 

@@ -65,7 +65,9 @@ def _train_minutes(train: Mapping) -> str:
 
 
 def _mean_f1(results: Mapping, rule: str) -> float | None:
-    values = [results["sets"][name].get("by_window_scoring", {}).get(rule, {}).get("f1") for name in DEV_SETS]
+    """The F1 under `rule` averaged over the dev sets; None while a set has no result yet."""
+    sets = results["sets"]
+    values = [sets.get(name, {}).get("by_window_scoring", {}).get(rule, {}).get("f1") for name in DEV_SETS]
     return None if any(value is None for value in values) else sum(values) / len(values)
 
 
