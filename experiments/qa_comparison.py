@@ -10,6 +10,8 @@ test sets (see docs/qa_comparison/README.md).
                                                           # the learning-rate screening on the dev articles
     python experiments/qa_comparison.py run --recipe_dir docs/qa_recipe --effective_batch_size 16
                                                           # the comparison on the recipe chosen there
+    python experiments/qa_comparison.py run --recipe_dir docs/qa_recipe --jobs 11
+                                                          # every cell at once, one process each (a GPU machine)
 
 `run` can be interrupted at any time and started again: converted models are cached, finished trainings and
 evaluations are skipped, an interrupted training resumes from its last checkpoint (one about every

@@ -263,6 +263,19 @@ class ComparisonConfig:
     in_process: bool = field(
         default=False, metadata={"help": "run the steps in this process (tests; memory is then not per step)"}
     )
+    jobs: int = field(
+        default=1,
+        metadata={
+            "help": "cells run at once, each as its own `qa_comparison.py run --cells <cell>` process (a GPU machine, "
+            "or many cores; each step still uses --threads); their models are converted first, one at a time"
+        },
+    )
+    report_after_each_cell: bool = field(
+        default=True,
+        metadata={
+            "help": "rewrite the report after each cell (not in the processes of --jobs: their run writes it once)"
+        },
+    )
 
 
 def grid_cells(config: ComparisonConfig) -> tuple[Cell, ...]:

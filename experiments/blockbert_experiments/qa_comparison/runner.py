@@ -38,6 +38,7 @@ from .layout import (
     test_set_names,
     training_file,
 )
+from .parallel import cell_command, run_in_parallel
 from .plan import estimated_train_minutes
 from .recipe_report import write_recipe_report
 from .report import write_report
@@ -94,15 +95,20 @@ def _evaluate(
     write_json_atomically(folder / MEASUREMENTS_FILE, measurements)
 
 
+def _convert(config: ComparisonConfig, cell: Cell, source: Path) -> None:
+    """Converts the cell's starting model unless it is cached (cells that differ only in seed or data share it)."""
+    if not is_saved_model(CellLayout(config, cell).model):
+        args = convert_args(config, cell, source)
+        check_step(run_step(config, "convert_roberta_to_blockbert.py", args), "convert_roberta_to_blockbert.py", args)
+
+
 def run_cell(config: ComparisonConfig, cell: Cell, manifest: Mapping, test_sets: Sequence[str], source: Path) -> None:
     """Converts (unless cached), fine-tunes (unless done; resuming from a checkpoint) and evaluates on the sets of its
     half without results, then writes the cell's results files."""
     layout = CellLayout(config, cell)
     test_sets = cell_sets(manifest, test_sets, cell)
     names = recorded_names(config, source)
-    if not is_saved_model(layout.model):
-        args = convert_args(config, cell, source)
-        check_step(run_step(config, "convert_roberta_to_blockbert.py", args), "convert_roberta_to_blockbert.py", args)
+    _convert(config, cell, source)
     if not is_saved_model(layout.trained_model):
         _train(config, cell, manifest, names)
     for test_set in test_sets:
@@ -126,6 +132,8 @@ def run_comparison(config: ComparisonConfig, grid: Sequence[Cell] | None = None)
         if cell.training_set == PARAGRAPHS and not is_saved_model(layout.trained_model):
             if not training_file(config, cell, manifest).is_file():
                 check_squad_source(config, manifest)
+    if config.jobs > 1:
+        return _run_in_parallel(config, grid, cells, manifest, test_sets, source)
     failed = []
     for cell in cells:
         logger.info(f"Cell {cell.name}: {cell.label}")
@@ -134,8 +142,33 @@ def run_comparison(config: ComparisonConfig, grid: Sequence[Cell] | None = None)
         except StepFailed as error:
             logger.error(f"Cell {cell.name} failed ({error}); going on with the next cell.")
             failed.append(cell.name)
-        write_grid_report(config, grid)
+        if config.report_after_each_cell:
+            write_grid_report(config, grid)
     return failed
+
+
+def _run_in_parallel(
+    config: ComparisonConfig, grid: Sequence[Cell], cells: Sequence[Cell], manifest: Mapping, test_sets, source: Path
+) -> list[str]:
+    """`--jobs`: converts the cells' models one at a time, runs the cells as parallel processes (`parallel`), then
+    writes the results files of every trained cell and the report. Returns the names of the cells that failed."""
+    if config.in_process:
+        raise ValueError("--jobs runs each cell as its own process: it cannot be combined with --in_process.")
+    failed, ready = [], []
+    for cell in cells:
+        try:
+            _convert(config, cell, source)
+            ready.append(cell)
+        except StepFailed as error:
+            logger.error(f"Cell {cell.name} failed ({error}); going on with the next cell.")
+            failed.append(cell.name)
+    commands = {cell.name: cell_command(config, cell.name) for cell in ready}
+    failed += run_in_parallel(commands, config.jobs, Path(config.work_dir) / "logs")
+    for cell in ready:  # one writer: the processes' shared questions.json as one run leaves it
+        if is_saved_model(CellLayout(config, cell).trained_model):
+            write_cell_results(config, cell, manifest, test_sets, source)
+    write_grid_report(config, grid)
+    return [cell.name for cell in cells if cell.name in failed]
 
 
 def write_grid_report(config: ComparisonConfig, grid: Sequence[Cell] | None = None) -> dict:
