@@ -39,7 +39,6 @@ it imports only numpy, torch, transformers and `regex` (a dependency of transfor
 """
 
 import bisect
-import importlib.metadata
 import math
 import numbers
 from collections.abc import Callable, Sequence
@@ -292,40 +291,6 @@ def context_offsets(offset_mapping, sequence_ids, context_sequence_id: int = 1) 
     ]
 
 
-# A text of known length for `check_overflowing_windows`: 400 words, several windows at its sizes.
-_OVERFLOW_PROBE = " ".join(["word"] * 400)
-
-
-def check_overflowing_windows(tokenizer) -> None:
-    """Raises a `RuntimeError` when the tokenizer's overflowing windows (truncation with a stride) do not reach the end
-    of a long text. tokenizers 0.23.1 and 0.23.2 stop tokenizing a truncated text once the first window is full, so the
-    windows of a long context cover only its beginning (huggingface/tokenizers#2091): without this check, answers
-    past it would silently be unreachable and, in training, labelled as absent."""
-    encoded = tokenizer(
-        ["question"],
-        [_OVERFLOW_PROBE],
-        truncation="only_second",
-        max_length=64,
-        stride=16,
-        return_overflowing_tokens=True,
-        return_offsets_mapping=True,
-    )
-    reached = max(
-        end
-        for index, offsets in enumerate(encoded["offset_mapping"])
-        for (_, end), sequence_id in zip(offsets, encoded.sequence_ids(index))
-        if sequence_id == 1
-    )
-    if reached < len(_OVERFLOW_PROBE):
-        version = importlib.metadata.version("tokenizers")
-        raise RuntimeError(
-            f"{type(tokenizer).__name__} (tokenizers {version}) cut a text of {len(_OVERFLOW_PROBE)} characters into "
-            f"windows that reach only character {reached}: the windows of a long context would lose most of it (a "
-            "bug of tokenizers 0.23.1 and 0.23.2, huggingface/tokenizers#2091). Install a version without it: pip "
-            "install 'tokenizers>=0.23.3'."
-        )
-
-
 def _checked_block_size(block_size) -> int:
     if isinstance(block_size, (bool, np.bool_)) or not isinstance(block_size, numbers.Integral) or block_size < 1:
         raise ValueError(f"block_size must be a positive integer (b, tokens per block), got {block_size!r}.")
@@ -505,46 +470,33 @@ def tokenize_windows(
     - `null_index`: the token whose logits score "no answer" (the CLS token, else the first; in the prefixed layout
       the first block's).
     Questions lose their leading spaces (they only waste window room). Raises `check_questions_fit`'s error for a
-    question that is too long (named by `question_ids` when given), a `ValueError` for an unknown layout or a
-    missing or bad `block_size`, and `check_overflowing_windows`' error for a tokenizer whose windows would not cover
-    long contexts.
+    question that is too long (named by `question_ids` when given) and a `ValueError` for an unknown layout or a
+    missing or bad `block_size`.
     """
     questions = [question.lstrip() for question in questions]
     check_questions_fit(
         tokenizer, questions, max_seq_len, doc_stride, question_ids, layout=layout, block_size=block_size
     )
-    if layout == "question_prefixed_blocks":
-        return _prefixed_block_windows(tokenizer, questions, list(contexts), max_seq_len, doc_stride, int(block_size))
-    check_overflowing_windows(tokenizer)
-    encoded = tokenizer(
-        questions,
-        list(contexts),
-        truncation="only_second",
-        max_length=max_seq_len,
-        stride=doc_stride,
-        return_overflowing_tokens=True,
-        return_offsets_mapping=True,
-        padding=False,
-    )
-    windows = {name: encoded[name] for name in tokenizer.model_input_names if name in encoded}
-    windows["sample_index"] = list(encoded["overflow_to_sample_mapping"])
-    windows["offsets"] = [
-        context_offsets(offsets, encoded.sequence_ids(index)) for index, offsets in enumerate(encoded["offset_mapping"])
-    ]
-    cls_id = tokenizer.cls_token_id
-    windows["null_index"] = [
-        input_ids.index(cls_id) if cls_id is not None and cls_id in input_ids else 0
-        for input_ids in encoded["input_ids"]
-    ]
-    return windows
+    # Both layouts are blocks built from each distinct context tokenized once (the questions of a long document share
+    # it): "question_first" is one block of max_seq_len, the same windows as the tokenizer's overflowing tokens.
+    block_size = int(block_size) if layout == "question_prefixed_blocks" else max_seq_len
+    return _block_windows(tokenizer, questions, list(contexts), max_seq_len, doc_stride, block_size)
 
 
-def _prefixed_block_windows(tokenizer, questions, contexts, max_seq_len, doc_stride, block_size) -> dict[str, list]:
-    """`tokenize_windows` for the `"question_prefixed_blocks"` layout (arguments checked)."""
+def _block_windows(tokenizer, questions, contexts, max_seq_len, doc_stride, block_size) -> dict[str, list]:
+    """`tokenize_windows` once its arguments are checked: windows of blocks of `block_size` (`block_rooms`)."""
     template = pair_template(tokenizer)
     # verbose=False: whole contexts are longer than the model takes, which is what the windows are for.
     question_tokens = tokenizer(questions, add_special_tokens=False, verbose=False)["input_ids"]
-    context_tokens = tokenizer(contexts, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
+    # Each distinct context once: the questions of one long document share it (the same tokens as one call each).
+    distinct = list(dict.fromkeys(contexts))
+    encoded = tokenizer(distinct, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
+    position = {context: index for index, context in enumerate(distinct)}
+    distinct_offsets = [[(int(start), int(end)) for start, end in spans] for spans in encoded["offset_mapping"]]
+    context_tokens = {
+        "input_ids": [encoded["input_ids"][position[context]] for context in contexts],
+        "offset_mapping": [distinct_offsets[position[context]] for context in contexts],
+    }
     names = [name for name in tokenizer.model_input_names if name in ("input_ids", "token_type_ids", "attention_mask")]
     windows = {name: [] for name in [*names, "sample_index", "offsets", "null_index"]}
     cls_id = tokenizer.cls_token_id
@@ -560,13 +512,13 @@ def _prefixed_block_windows(tokenizer, questions, contexts, max_seq_len, doc_str
             for room in rooms:
                 chunk_end = min(chunk_start + room, window_end)
                 block_ids, block_types, sequence_ids = template.build(question, context_ids[chunk_start:chunk_end])
-                chunk_offsets = iter(context_offsets[chunk_start:chunk_end])
                 input_ids.extend(block_ids)
                 token_type_ids.extend(block_types)
-                offsets.extend(
-                    tuple(int(value) for value in next(chunk_offsets)) if sequence == 1 else None
-                    for sequence in sequence_ids
-                )
+                # The context is one run of the template (pair_template checks it): None before and after it.
+                first = sequence_ids.index(1) if chunk_end > chunk_start else len(sequence_ids)
+                offsets.extend([None] * first)
+                offsets.extend(context_offsets[chunk_start:chunk_end])
+                offsets.extend([None] * (len(sequence_ids) - first - (chunk_end - chunk_start)))
                 chunk_start = chunk_end
                 if chunk_start >= window_end:
                     break

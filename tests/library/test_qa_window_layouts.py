@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pytest
 from conftest import REPO_ROOT, SAMPLE_TEXT, planted_qa_model, tiny_config
-from transformers import AutoConfig, BatchEncoding, BertTokenizer, RobertaConfig
+from transformers import AutoConfig, BertTokenizer, RobertaConfig
 
 from blockbert_hf import BlockBertForQuestionAnswering, pipeline_question_answering
 from blockbert_hf.export import VERIFICATION_QUESTION, VERIFICATION_TEXT, verification_batches
@@ -18,7 +18,6 @@ from blockbert_hf.pipeline_question_answering import (
     ExtractiveQuestionAnsweringPipeline,
     WindowLogits,
     best_window_spans,
-    check_overflowing_windows,
     context_offsets,
     model_window_layout,
     pair_template,
@@ -135,7 +134,8 @@ def test_context_chunks_are_consecutive_and_windows_overlap_by_doc_stride(any_to
 
 
 def test_the_question_first_layout_is_the_tokenizers_overflow(any_tokenizer):
-    questions, contexts = [QUESTION, "When?"], [CONTEXT, LINES[40]]
+    # Two questions share a context: it is tokenized once for both.
+    questions, contexts = [QUESTION, "When?", " Who wrote the sentences?"], [CONTEXT, LINES[40], CONTEXT]
     encoded = any_tokenizer(
         [q.lstrip() for q in questions],
         contexts,
@@ -152,34 +152,6 @@ def test_the_question_first_layout_is_the_tokenizers_overflow(any_tokenizer):
         assert windows["offsets"] == [
             context_offsets(offsets, encoded.sequence_ids(i)) for i, offsets in enumerate(encoded["offset_mapping"])
         ]
-
-
-class FirstTwoWindows:
-    """A tokenizer whose overflowing windows stop after the second of each text, as those of tokenizers 0.23.1 and
-    0.23.2 do on long texts."""
-
-    def __init__(self, tokenizer):
-        self._tokenizer = tokenizer
-
-    def __getattr__(self, name):
-        return getattr(self._tokenizer, name)
-
-    def __call__(self, *args, **kwargs):
-        encoded = self._tokenizer(*args, **kwargs)
-        if not kwargs.get("return_overflowing_tokens"):
-            return encoded
-        samples = encoded["overflow_to_sample_mapping"]
-        keep = [index for index, sample in enumerate(samples) if samples[:index].count(sample) < 2]
-        return BatchEncoding(
-            {name: [values[index] for index in keep] for name, values in encoded.items()},
-            encoding=[encoded.encodings[index] for index in keep],
-        )
-
-
-def test_a_tokenizer_whose_windows_stop_short_of_a_long_text_is_refused(any_tokenizer):
-    check_overflowing_windows(any_tokenizer)  # the installed tokenizers covers long texts
-    with pytest.raises(RuntimeError, match=r"reach only character \d+: .* pip install 'tokenizers>=0.23.3'"):
-        tokenize_windows(FirstTwoWindows(any_tokenizer), [QUESTION], [CONTEXT], 64, 16)
 
 
 def test_questions_too_long_for_a_block_and_bad_layouts_get_clear_errors(tokenizer):
