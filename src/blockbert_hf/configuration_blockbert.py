@@ -140,6 +140,12 @@ class BlockBertConfig(PreTrainedConfig):
             label is not -100 and return `logits` of shape `(num_masked, vocab_size)` instead of
             `(batch, seq_len, vocab_size)`. Same loss, far less memory in pre-training (the head's logits are
             otherwise the largest activation). Without `labels` the full logits are always returned.
+        padding_free (`bool`, *optional*, defaults to `True`):
+            Padded batches are computed on their real tokens only: projections, feed-forward layers and layer norms
+            run on the batch's real tokens, and attention on the tiles (blocks) that hold one, so a tile of padding is
+            never computed (docs/attention.md, "Padding-free batches"). Same outputs at every real token as the padded
+            computation; it applies in eager mode with the eager and sdpa kernels whenever the batch has padding and
+            attention weights are not asked for. `False` computes padding as RoBERTa does.
 
     The remaining fields are RoBERTa's ([`~transformers.RobertaConfig`]).
 
@@ -184,6 +190,7 @@ class BlockBertConfig(PreTrainedConfig):
     position_embedding_style: str = "roberta"
     sparse_prediction: bool = False
     block_relative_positions: bool = False
+    padding_free: bool = True
 
     def __post_init__(self, **kwargs):
         self._check_fields_defaults_depend_on()
@@ -236,6 +243,8 @@ class BlockBertConfig(PreTrainedConfig):
         if not output.get("block_relative_positions", False):
             # Off (the default): left out, so that config.json of a model without the option is what it always was.
             output.pop("block_relative_positions", None)
+        if output.get("padding_free", True):
+            output.pop("padding_free", None)  # the default, left out like block_relative_positions
         return output
 
     @property

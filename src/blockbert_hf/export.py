@@ -2,7 +2,8 @@
 
 A traced BlockBERT always lays attention out as `n` blocks of `b` tokens (docs/attention.md, "Tracing and export"), so
 one program serves every length. A program cannot raise on tensor values, so inputs are checked on the host:
-`check_inputs` before every call (`OnnxBlockBert` does it for you).
+`check_inputs` before every call (`OnnxBlockBert` does it for you). `OnnxBlockBertForQuestionAnswering` runs an
+exported question-answering folder in the question-answering pipeline; `quantize_int8` makes its int8 variant.
 
 ONNX needs the `export` extra (`pip install blockbert-hf[export]`: onnx, onnxscript, onnxruntime).
 """
@@ -16,6 +17,7 @@ import numpy as np
 import torch
 from torch.export import Dim
 from transformers import AutoConfig, AutoTokenizer
+from transformers.modeling_outputs import QuestionAnsweringModelOutput
 
 from . import modeling_blockbert
 from .configuration_blockbert import BlockBertConfig
@@ -27,6 +29,9 @@ from .tokenization import TOKENIZER_FILES, missing_tokenizer_files
 INPUT_NAMES = ("input_ids", "attention_mask")
 TOKEN_TYPE_INPUT = "token_type_ids"
 ONNX_FILE = "model.onnx"
+# ONNX Runtime's dynamic int8 quantization of model.onnx (`--quantize`), and what its verification measured.
+INT8_ONNX_FILE = "model_int8.onnx"
+QUANTIZATION_REPORT = "quantization.json"
 # Files that hold a tokenizer's vocabulary, any one group of which makes a folder's tokenizer loadable.
 # The question `export_onnx_folder` asks of the verification text, as the question-answering pipeline would.
 VERIFICATION_QUESTION = "What does BlockBERT reduce?"
@@ -51,6 +56,14 @@ class OnnxExportArguments:
         metadata={"help": "UTF-8 text to verify on, as the context of a question (default: a built-in paragraph)"},
     )
     tolerance: float = field(default=1e-4, metadata={"help": "largest difference from the eager model allowed (> 0)"})
+    quantize: bool = field(
+        default=False,
+        metadata={
+            "help": f"also write {INT8_ONNX_FILE}: ONNX Runtime's dynamic int8 quantization of the weights of the "
+            f"matrix products, with its difference from the eager model per length in {QUANTIZATION_REPORT} (not "
+            "bound by --tolerance: measure its accuracy on your task)"
+        },
+    )
     overwrite: bool = field(default=False, metadata={"help": "replace a non-empty output folder"})
 
     def __post_init__(self):
@@ -231,12 +244,17 @@ class OnnxBlockBert:
     `OnnxBlockBert(folder)(input_ids, attention_mask, token_type_ids)` -> `{output name: numpy array}`.
     `token_type_ids` is required when the model has more than one token type (pass the tokenizer's)."""
 
-    def __init__(self, folder: str | Path, config: BlockBertConfig | None = None):
+    def __init__(self, folder: str | Path, config: BlockBertConfig | None = None, file_name: str = ONNX_FILE):
         import onnxruntime
 
         folder = Path(folder)
+        if not (folder / file_name).is_file():
+            raise ValueError(
+                f"{folder} has no {file_name}: give a folder written by examples/export_onnx.py (with --quantize for "
+                f"{INT8_ONNX_FILE})."
+            )
         self.config = config or AutoConfig.from_pretrained(folder)
-        self.session = onnxruntime.InferenceSession(str(folder / ONNX_FILE), providers=["CPUExecutionProvider"])
+        self.session = onnxruntime.InferenceSession(str(folder / file_name), providers=["CPUExecutionProvider"])
         self.input_names = [graph_input.name for graph_input in self.session.get_inputs()]
         self.output_names = [output.name for output in self.session.get_outputs()]
 
@@ -255,6 +273,64 @@ class OnnxBlockBert:
         elif token_type_ids is not None and np.asarray(token_type_ids).any():
             raise ValueError(f"{ONNX_FILE} takes no token_type_ids (the model has one token type): leave them out.")
         return dict(zip(self.output_names, self.session.run(None, feed)))
+
+
+class OnnxBlockBertForQuestionAnswering:
+    """An exported question-answering folder as a model the question-answering pipeline runs on ONNX Runtime (CPU):
+
+        model = OnnxBlockBertForQuestionAnswering.from_pretrained("OUT")  # or file_name="model_int8.onnx"
+        qa = ExtractiveQuestionAnsweringPipeline(model=model, tokenizer=AutoTokenizer.from_pretrained("OUT"))
+
+    The pipeline then cuts contexts into the same windows (layout, block size) and ranks answers by the same rule as
+    with the PyTorch model, both read from the saved config. Called like the PyTorch model, it returns its
+    `QuestionAnsweringModelOutput` (start and end logits) after `OnnxBlockBert`'s host checks."""
+
+    device = torch.device("cpu")
+    dtype = torch.float32
+
+    def __init__(self, runner: OnnxBlockBert):
+        if "start_logits" not in runner.output_names:
+            raise ValueError(
+                f"The exported model outputs {runner.output_names}, not start and end logits: export a "
+                "BlockBertForQuestionAnswering folder for question answering."
+            )
+        self.runner = runner
+        self.config = runner.config
+
+    @classmethod
+    def from_pretrained(cls, folder: str | Path, file_name: str = ONNX_FILE) -> "OnnxBlockBertForQuestionAnswering":
+        return cls(OnnxBlockBert(folder, file_name=file_name))
+
+    def __call__(self, input_ids, attention_mask=None, token_type_ids=None, **unused) -> QuestionAnsweringModelOutput:
+        inputs = (
+            None if tensor is None else tensor.cpu().numpy() for tensor in (input_ids, attention_mask, token_type_ids)
+        )
+        outputs = self.runner(*inputs)
+        return QuestionAnsweringModelOutput(
+            start_logits=torch.from_numpy(outputs["start_logits"]), end_logits=torch.from_numpy(outputs["end_logits"])
+        )
+
+    def to(self, device):
+        """ONNX Runtime runs this model on the CPU: other devices are refused."""
+        if torch.device(device).type != "cpu":
+            raise ValueError(f"OnnxBlockBertForQuestionAnswering runs on the CPU (ONNX Runtime), not on {device}.")
+        return self
+
+    def eval(self):
+        return self
+
+    def can_generate(self) -> bool:
+        return False
+
+
+def quantize_int8(folder: str | Path) -> Path:
+    """Writes `folder/model_int8.onnx`: ONNX Runtime's dynamic quantization of `folder/model.onnx` (int8 weights for
+    the matrix products, activations quantized at run time), the usual way to speed up encoders on CPU."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    folder = Path(folder)
+    quantize_dynamic(folder / ONNX_FILE, folder / INT8_ONNX_FILE, weight_type=QuantType.QInt8)
+    return folder / INT8_ONNX_FILE
 
 
 def verification_lengths(config: BlockBertConfig) -> list[int]:
@@ -303,15 +379,25 @@ def verification_batches(config: BlockBertConfig, tokenizer, text: str, lengths)
     return batches
 
 
+def at_real_tokens(values: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+    """The outputs of real tokens (`values[attention_mask == 1]`) for outputs with one row per token, all of `values`
+    for the others: outputs at padding are not defined (docs/attention.md, "Padding"), so they are not compared."""
+    is_real = np.asarray(attention_mask).astype(bool)
+    return values[is_real] if values.shape[: is_real.ndim] == is_real.shape else values
+
+
 def max_difference(model: torch.nn.Module, runner: OnnxBlockBert, batches: dict) -> dict[int, float]:
-    """Largest absolute difference between `runner` and `model` (eager) per length of `verification_batches`."""
+    """Largest absolute difference at real tokens between `runner` and `model` (eager) per length of
+    `verification_batches`."""
     differences = {}
     for length, inputs in batches.items():
         with torch.no_grad():
             expected = model(**{name: torch.from_numpy(value) for name, value in inputs.items()}, return_dict=True)
         actual = runner(**inputs)
+        mask = inputs["attention_mask"]
         differences[length] = max(
-            float(np.abs(actual[name] - expected[name].numpy()).max()) for name in runner.output_names
+            float(np.abs(at_real_tokens(actual[name] - expected[name].numpy(), mask)).max())
+            for name in runner.output_names
         )
     return differences
 
@@ -347,10 +433,14 @@ def export_onnx_folder(
     text: str | None = None,
     tolerance: float = 1e-4,
     overwrite: bool = False,
+    quantize: bool = False,
 ) -> dict[int, float]:
     """Exports the model in `model_folder` to `output_folder/model.onnx` (with its config and tokenizer), after
     checking that ONNX Runtime matches the eager model within `tolerance` on question/context pairs of real text
     (`text`, default `VERIFICATION_TEXT`) at `verification_lengths` (`verification_batches`).
+
+    With `quantize`, also writes `model_int8.onnx` (`quantize_int8`) and its max difference per length, measured the
+    same way, in `quantization.json`.
 
     Returns the max difference per length. Raises `ValueError` (and writes nothing) when the folder or an argument is
     unusable, before any work, or when the check fails.
@@ -381,6 +471,11 @@ def export_onnx_folder(
                 f"ONNX Runtime differs from the eager model by {worst:.3g} (> {tolerance:g}) on real text; per length: "
                 f"{json.dumps(differences)}. Nothing was written."
             )
+        if quantize:
+            quantize_int8(staging)
+            int8_differences = max_difference(model, OnnxBlockBert(staging, model.config, INT8_ONNX_FILE), batches)
+            report = {"file": INT8_ONNX_FILE, "max_difference_per_length": int8_differences}
+            (staging / QUANTIZATION_REPORT).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
         model.config.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
     return differences
@@ -394,4 +489,4 @@ def export_onnx_command(model_folder: str, output_folder: str, args: OnnxExportA
             text = file.read()
         if not text.strip():
             raise ValueError(f"--text_file {args.text_file} is empty: give a file of real text, or leave it out.")
-    return export_onnx_folder(model_folder, output_folder, text, args.tolerance, args.overwrite)
+    return export_onnx_folder(model_folder, output_folder, text, args.tolerance, args.overwrite, args.quantize)

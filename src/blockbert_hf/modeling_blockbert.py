@@ -124,6 +124,20 @@ class HeadGroup:
     empty: torch.Tensor | None
     # `mask` as flex_attention's `BlockMask` (only with attn_implementation="flex_attention").
     flex_mask: object | None = None
+    # Padding-free batches: the tile (row) each tile's keys come from, a (tiles,) index; None: the tile itself.
+    partner_rows: torch.Tensor | None = None
+
+
+@dataclass
+class TokenPacking:
+    """Where the real tokens of a padded `(batch, seq_len)` batch go in a padding-free forward (docs/attention.md,
+    "Padding-free batches"): packed in order into `(T, hidden)`, and into the `R` tiles of `block_len` slots that hold
+    at least one of them."""
+
+    # (T,) index of each real token in the flattened `batch * seq_len` positions.
+    token_index: torch.Tensor
+    # (T,) the slot of each real token among the `R * block_len` slots of the tiles.
+    slot_of_token: torch.Tensor
 
 
 @dataclass
@@ -142,6 +156,8 @@ class AttentionLayout:
     pads_input: bool = False
     # Whether attention weights are wanted (`output_attentions`, eager kernel).
     return_weights: bool = False
+    # Set for a padding-free forward: the layers then run on the real tokens only (`padding_free_layout`).
+    packing: TokenPacking | None = None
 
 
 def _is_traced() -> bool:
@@ -358,6 +374,46 @@ class BlockBertEmbeddings(nn.Module):
         return (index % block_size + 1) * is_token + self.padding_idx
 
 
+def padding_free_layout(layout: AttentionLayout, key_is_real: torch.Tensor) -> AttentionLayout:
+    """The layout of a padded batch (`key_is_real`, `(batch, seq_len)` boolean) for computing its real tokens only:
+    the same tiles, masks and partners as `layout`, restricted to the `R` tiles that hold a real token. A partner tile
+    that holds only padding is not computed: its queries have no admissible key (`empty`), so they read their own tile
+    inside the kernel and output zero, as in the padded computation."""
+    batch_size, seq_len = key_is_real.shape
+    blocks, block_len = layout.blocks_per_sequence, layout.block_len
+    padded = nn.functional.pad(key_is_real, (0, blocks * block_len - seq_len), value=False)
+    real_tiles = padded.view(batch_size * blocks, block_len).any(dim=-1).nonzero().flatten()
+    num_tiles = real_tiles.numel()
+    row_of_tile = torch.full((batch_size * blocks,), -1, dtype=torch.long, device=key_is_real.device)
+    row_of_tile[real_tiles] = torch.arange(num_tiles, device=key_is_real.device)
+    token_index = key_is_real.flatten().nonzero().flatten()
+    position = token_index % seq_len
+    tile = token_index // seq_len * blocks + position // block_len
+    packing = TokenPacking(token_index, row_of_tile[tile] * block_len + position % block_len)
+
+    groups = []
+    for group in layout.groups:
+        mask = None if group.mask is None else group.mask.index_select(0, real_tiles)
+        empty = None if group.empty is None else group.empty.index_select(0, real_tiles)
+        partner_rows = None
+        if group.partner is not None:
+            partner = torch.tensor(group.partner, dtype=torch.long, device=key_is_real.device)
+            first_tile = torch.arange(batch_size, device=key_is_real.device)[:, None] * blocks
+            partner_rows = row_of_tile[(first_tile + partner).flatten()].index_select(0, real_tiles)
+            own_rows = torch.arange(num_tiles, device=key_is_real.device)
+            partner_rows = torch.where(partner_rows < 0, own_rows, partner_rows)
+        groups.append(
+            HeadGroup(
+                heads=group.heads,
+                partner=group.partner,
+                mask=None if mask is None or bool(mask.all()) else mask,
+                empty=None if empty is None or not bool(empty.any()) else empty,
+                partner_rows=partner_rows,
+            )
+        )
+    return AttentionLayout(block_len, num_tiles, groups, layout.blockwise, packing=packing)
+
+
 def _blocks_of_group(
     query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, group: HeadGroup, blocks_per_sequence: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -365,7 +421,9 @@ def _blocks_of_group(
     `(batch * blocks, group_heads, block_len, head_dim)`, with each key/value block replaced by the query block's
     partner block when the group has a shift (a copy; otherwise views)."""
     query, key, value = (x[:, :, group.heads] for x in (query, key, value))
-    if group.partner is not None:
+    if group.partner_rows is not None:
+        key, value = (x.index_select(0, group.partner_rows) for x in (key, value))
+    elif group.partner is not None:
         key, value = (x.unflatten(0, (-1, blocks_per_sequence))[:, group.partner].flatten(0, 1) for x in (key, value))
     return query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
 
@@ -528,23 +586,17 @@ class BlockBertSelfAttention(nn.Module):
     def forward(
         self, hidden_states: torch.Tensor, layout: AttentionLayout, **kwargs: Unpack[TransformersKwargs]
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        query, key, value = (projection(hidden_states) for projection in (self.query, self.key, self.value))
+        if layout.packing is not None:
+            return self._attend_packed(query, key, value, layout, **kwargs), None
         batch_size, seq_len, _ = hidden_states.shape
         padded_len = layout.blocks_per_sequence * layout.block_len
-        query, key, value = (projection(hidden_states) for projection in (self.query, self.key, self.value))
         if layout.pads_input:  # F.pad copies even when there is nothing to pad
             query, key, value = (nn.functional.pad(x, (0, 0, 0, padded_len - seq_len)) for x in (query, key, value))
         # Blocks folded into the batch dimension (a view).
         blocks_shape = (batch_size * layout.blocks_per_sequence, layout.block_len, self.num_attention_heads, -1)
         query, key, value = (x.view(blocks_shape) for x in (query, key, value))
-        dropout = self.dropout.p if self.training else 0.0
-        implementation = self.config._attn_implementation or "eager"
-        if implementation == "eager":
-            outputs, attn_weights = eager_attention_on_blocks(self, query, key, value, layout, dropout, self.scaling)
-        else:
-            outputs = kernel_attention_on_blocks(
-                self, query, key, value, layout, implementation, dropout, self.scaling, **kwargs
-            )
-            attn_weights = None
+        outputs, attn_weights = self._attend_blocks(query, key, value, layout, **kwargs)
         # SDPA has no `out=`: the groups' outputs are joined with one copy.
         attn_output = torch.cat(outputs, dim=2) if len(outputs) > 1 else outputs[0]
         attn_output = attn_output.reshape(batch_size, padded_len, self.all_head_size)
@@ -554,6 +606,29 @@ class BlockBertSelfAttention(nn.Module):
             positions = torch.arange(seq_len, device=attn_output.device)
             return attn_output.index_select(1, positions), attn_weights
         return attn_output[:, :seq_len], attn_weights
+
+    def _attend_blocks(self, query, key, value, layout: AttentionLayout, **kwargs):
+        """The kernel on blocks `(tiles, block_len, heads, head_dim)`: per-group outputs and the weights (eager)."""
+        dropout = self.dropout.p if self.training else 0.0
+        implementation = self.config._attn_implementation or "eager"
+        if implementation == "eager":
+            return eager_attention_on_blocks(self, query, key, value, layout, dropout, self.scaling)
+        return kernel_attention_on_blocks(
+            self, query, key, value, layout, implementation, dropout, self.scaling, **kwargs
+        ), None
+
+    def _attend_packed(self, query, key, value, layout: AttentionLayout, **kwargs) -> torch.Tensor:
+        """Padding-free: `(T, all_head_size)` projections of the real tokens are placed in the tiles that hold them
+        (padding slots zero), attended tile by tile, and read back at the real tokens' slots."""
+        packing, slots = layout.packing, layout.blocks_per_sequence * layout.block_len
+        tiles_shape = (layout.blocks_per_sequence, layout.block_len, self.num_attention_heads, -1)
+        query, key, value = (
+            x.new_zeros(slots, self.all_head_size).index_copy(0, packing.slot_of_token, x).view(tiles_shape)
+            for x in (query, key, value)
+        )
+        outputs, _ = self._attend_blocks(query, key, value, layout, **kwargs)
+        attn_output = torch.cat(outputs, dim=2) if len(outputs) > 1 else outputs[0]
+        return attn_output.reshape(slots, self.all_head_size).index_select(0, packing.slot_of_token)
 
 
 # Copied from transformers.models.roberta.modeling_roberta.RobertaSelfOutput with Roberta->BlockBert
@@ -626,8 +701,18 @@ class BlockBertLayer(GradientCheckpointingLayer):
     def forward(
         self, hidden_states: torch.Tensor, layout: AttentionLayout, **kwargs: Unpack[TransformersKwargs]
     ) -> torch.Tensor:
+        packing = layout.packing
+        if packing is not None:
+            # Each layer takes and returns the padded batch (so recorded hidden states and gradient checkpointing see
+            # the usual shapes) and computes its real tokens only; its padding positions are zero.
+            padded_shape = hidden_states.shape
+            hidden_states = hidden_states.reshape(-1, padded_shape[-1]).index_select(0, packing.token_index)
         attention_output, _ = self.attention(hidden_states, layout, **kwargs)
-        return self.output(self.intermediate(attention_output), attention_output)
+        layer_output = self.output(self.intermediate(attention_output), attention_output)
+        if packing is None:
+            return layer_output
+        padded = layer_output.new_zeros(padded_shape[0] * padded_shape[1], padded_shape[-1])
+        return padded.index_copy(0, packing.token_index, layer_output).view(padded_shape)
 
 
 class BlockBertEncoder(nn.Module):
@@ -890,6 +975,14 @@ def _check_inputs(
     return (batch_size, seq_len), (None if bool(is_real.all()) else is_real)
 
 
+def _without_padding(logits: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """`(batch, seq_len)` span logits with padding positions at the lowest value, for the loss: padding is never an
+    answer, and the loss then does not depend on what is computed at padding (zero in a padding-free batch)."""
+    if attention_mask is None:
+        return logits
+    return logits.masked_fill(~attention_mask.bool(), torch.finfo(logits.dtype).min)
+
+
 @auto_docstring
 class BlockBertModel(BlockBertPreTrainedModel):
     _no_split_modules = ["BlockBertEmbeddings", "BlockBertLayer"]
@@ -914,6 +1007,21 @@ class BlockBertModel(BlockBertPreTrainedModel):
     def set_input_embeddings(self, value):
         self.embeddings.word_embeddings = value
 
+    def _computes_padding_free(self, key_is_real: torch.Tensor | None, layout: AttentionLayout) -> bool:
+        """Whether this forward computes the real tokens only (`config.padding_free`; docs/attention.md,
+        "Padding-free batches"): a padded batch with at least one real token, in eager mode (a traced program is one
+        program for every input, so it computes padding), attention weights not asked for (they are returned per
+        tile of the padded batch), and a kernel other than flex_attention (whose masks are built for the padded
+        tiles)."""
+        return (
+            self.config.padding_free
+            and key_is_real is not None
+            and not layout.return_weights
+            and not _is_traced()
+            and self.config._attn_implementation != "flex_attention"
+            and bool(key_is_real.any())
+        )
+
     @merge_with_config_defaults
     @capture_outputs
     @auto_docstring
@@ -933,6 +1041,8 @@ class BlockBertModel(BlockBertPreTrainedModel):
         )
         layout = build_attention_layout(self.config, key_is_real, *input_shape, device=embedding_output.device)
         layout.return_weights = bool(kwargs.get("output_attentions", self.config.output_attentions))
+        if self._computes_padding_free(key_is_real, layout):
+            layout = padding_free_layout(layout, key_is_real)
         encoder_outputs = self.encoder(embedding_output, layout, **kwargs)
         sequence_output = encoder_outputs.last_hidden_state
         pooled_output = self.pooler(sequence_output) if self.pooler is not None else None
@@ -1287,8 +1397,8 @@ class BlockBertForQuestionAnswering(BlockBertPreTrainedModel):
             end_positions = end_positions.clamp(0, ignored_index)
 
             loss_fct = CrossEntropyLoss(ignore_index=ignored_index)
-            start_loss = loss_fct(start_logits, start_positions)
-            end_loss = loss_fct(end_logits, end_positions)
+            start_loss = loss_fct(_without_padding(start_logits, attention_mask), start_positions)
+            end_loss = loss_fct(_without_padding(end_logits, attention_mask), end_positions)
             total_loss = (start_loss + end_loss) / 2
 
         return QuestionAnsweringModelOutput(

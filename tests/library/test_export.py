@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import SAMPLE_TEXT, load_script, make_model, random_batch, tiny_config
-from transformers import BertTokenizer
+from transformers import AutoTokenizer, BertTokenizer
 
 from blockbert_hf import (
     BlockBertForMaskedLM,
@@ -26,6 +26,7 @@ from blockbert_hf import (
     modeling_blockbert,
 )
 from blockbert_hf import export as blockbert_export
+from blockbert_hf.pipeline_question_answering import ExtractiveQuestionAnsweringPipeline
 from blockbert_hf.tokenization import match_tokenizer_to_config, read_text_lines
 
 
@@ -66,9 +67,16 @@ def max_differences(run, model, lengths) -> dict[str, float]:
         actual = run(input_ids, attention_mask)
         assert set(actual) == set(expected)
         differences[name] = max(
-            (torch.as_tensor(actual[key]) - value).abs().max().item() for key, value in expected.items()
+            at_real_tokens((torch.as_tensor(actual[key]) - value).abs(), attention_mask).max().item()
+            for key, value in expected.items()
         )
     return differences
+
+
+def at_real_tokens(values: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Outputs with one row per token at the real tokens only (outputs at padding are not defined); others whole."""
+    is_real = attention_mask.bool()
+    return values[is_real] if values.shape[: is_real.dim()] == is_real.shape else values
 
 
 # --- the traced layout ----------------------------------------------------------------------------------------------
@@ -90,7 +98,8 @@ def test_traced_attention_layout_agrees_with_eager(config_name, attn_implementat
             assert (layout.blocks_per_sequence, layout.block_len) == (config.num_blocks, config.effective_block_size)
         for (name, ids, mask), eager in zip(batches, expected):
             traced = model(input_ids=ids, attention_mask=mask).last_hidden_state
-            torch.testing.assert_close(traced, eager, atol=1e-5, rtol=1e-5, msg=name)
+            is_real = mask.bool()
+            torch.testing.assert_close(traced[is_real], eager[is_real], atol=1e-5, rtol=1e-5, msg=name)
 
 
 def test_host_input_checks():
@@ -186,8 +195,13 @@ def test_exported_program_takes_token_types():
             actual = program(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
         if length > 5:
             assert not torch.allclose(without_types.start_logits, expected.start_logits, atol=1e-3)
-        torch.testing.assert_close(actual["start_logits"], expected.start_logits, atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(actual["end_logits"], expected.end_logits, atol=1e-5, rtol=1e-5)
+        for name in ("start_logits", "end_logits"):
+            torch.testing.assert_close(
+                at_real_tokens(actual[name], attention_mask),
+                at_real_tokens(expected[name], attention_mask),
+                atol=1e-5,
+                rtol=1e-5,
+            )
 
 
 def test_models_with_one_token_type_keep_two_inputs():
@@ -241,13 +255,13 @@ def saved_qa_model(tmp_path_factory, tokenizer):
 
 @pytest.fixture(scope="module")
 def exported_qa_model(saved_qa_model, tmp_path_factory):
-    """`examples/export_onnx.py` run once on a saved QA model (n = 2): its exit status, output and folder."""
+    """`examples/export_onnx.py --quantize` run once on a saved QA model (n = 2): its exit status, output and folder."""
     pytest.importorskip("onnxruntime")
     pytest.importorskip("onnxscript")
     out = tmp_path_factory.mktemp("exported") / "onnx"
     stdout = io.StringIO()
     with contextlib.redirect_stdout(stdout):
-        status = load_script("examples/export_onnx.py").main([str(saved_qa_model), str(out)])
+        status = load_script("examples/export_onnx.py").main([str(saved_qa_model), str(out), "--quantize"])
     return status, stdout.getvalue(), out
 
 
@@ -258,6 +272,48 @@ def test_export_command_writes_a_verified_onnx_model(exported_qa_model):
     assert report["max_difference"] < 1e-4
     assert sorted(int(length) for length in report["per_length"]) == [2, 31, 32, 33, 63, 64]
     assert {"model.onnx", "config.json", "tokenizer.json"} <= {path.name for path in out.iterdir()}
+
+
+def test_quantize_writes_an_int8_model_with_its_measured_difference(exported_qa_model):
+    status, printed, out = exported_qa_model
+    assert status == 0
+    report = json.loads((out / blockbert_export.QUANTIZATION_REPORT).read_text())
+    assert report["file"] == blockbert_export.INT8_ONNX_FILE
+    assert set(report["max_difference_per_length"]) == set(json.loads(printed)["per_length"])
+    assert all(np.isfinite(value) for value in report["max_difference_per_length"].values())
+    int8, fp32 = out / blockbert_export.INT8_ONNX_FILE, out / blockbert_export.ONNX_FILE
+    assert int8.stat().st_size < fp32.stat().st_size
+
+
+@pytest.mark.parametrize("file_name", ["model.onnx", "model_int8.onnx"])
+def test_the_question_answering_pipeline_runs_on_an_exported_folder(
+    exported_qa_model, saved_qa_model, tokenizer, file_name
+):
+    """The same windows and ranking as with the PyTorch model: the same answers (fp32), or answers from the context
+    (int8, whose logits differ)."""
+    out = exported_qa_model[2]
+    onnx_model = blockbert_export.OnnxBlockBertForQuestionAnswering.from_pretrained(out, file_name=file_name)
+    onnx_qa = ExtractiveQuestionAnsweringPipeline(model=onnx_model, tokenizer=AutoTokenizer.from_pretrained(out))
+    eager_model = BlockBertForQuestionAnswering.from_pretrained(saved_qa_model).eval()
+    eager_qa = ExtractiveQuestionAnsweringPipeline(model=eager_model, tokenizer=tokenizer)
+    context = " ".join([blockbert_export.VERIFICATION_TEXT] * 3)  # several windows of N = 64 tokens
+    questions = ["What does BlockBERT reduce?", "Where did the bridge stand?"]
+    expected = eager_qa(question=questions, context=context, batch_size=2)
+    actual = onnx_qa(question=questions, context=context, batch_size=2)
+    for answer, reference in zip(actual, expected):
+        assert answer["answer"] == context[answer["start"] : answer["end"]]
+        if file_name == "model.onnx":
+            assert (answer["start"], answer["end"]) == (reference["start"], reference["end"])
+            assert answer["score"] == pytest.approx(reference["score"], abs=1e-4)
+
+
+def test_the_onnx_question_answering_model_refuses_what_it_cannot_run(exported_qa_model, tmp_path):
+    model = blockbert_export.OnnxBlockBertForQuestionAnswering.from_pretrained(exported_qa_model[2])
+    with pytest.raises(ValueError, match="runs on the CPU"):
+        model.to("cuda")
+    assert model.to("cpu") is model
+    with pytest.raises(ValueError, match="has no model_int8.onnx"):
+        blockbert_export.OnnxBlockBert(tmp_path, file_name=blockbert_export.INT8_ONNX_FILE)
 
 
 def test_onnx_runtime_matches_eager_at_every_length(exported_qa_model, saved_qa_model):
@@ -333,8 +389,12 @@ def test_onnx_runtime_matches_eager_with_token_types(exported_bert_qa_model):
         with torch.no_grad():
             expected = model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
         actual = runner(input_ids.numpy(), attention_mask.numpy(), token_type_ids.numpy())
-        np.testing.assert_allclose(actual["start_logits"], expected.start_logits.numpy(), atol=1e-4)
-        np.testing.assert_allclose(actual["end_logits"], expected.end_logits.numpy(), atol=1e-4)
+        for name in ("start_logits", "end_logits"):
+            np.testing.assert_allclose(
+                blockbert_export.at_real_tokens(actual[name], attention_mask.numpy()),
+                blockbert_export.at_real_tokens(expected[name].numpy(), attention_mask.numpy()),
+                atol=1e-4,
+            )
     with pytest.raises(ValueError, match="pass token_type_ids"):
         runner(input_ids.numpy(), attention_mask.numpy())
     with pytest.raises(ValueError, match="this model has 2 token type"):
@@ -454,8 +514,13 @@ def test_exported_program_honours_block_relative_bert_positions():
         inputs["token_type_ids"] = question_context_types(attention_mask)
         with torch.no_grad():
             expected, actual = model(**inputs), program(**inputs)
-        torch.testing.assert_close(actual["start_logits"], expected.start_logits, atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(actual["end_logits"], expected.end_logits, atol=1e-5, rtol=1e-5)
+        for name in ("start_logits", "end_logits"):
+            torch.testing.assert_close(
+                at_real_tokens(actual[name], attention_mask),
+                at_real_tokens(expected[name], attention_mask),
+                atol=1e-5,
+                rtol=1e-5,
+            )
 
 
 @pytest.mark.slow
@@ -495,5 +560,7 @@ def test_compiles_to_one_graph_for_every_length(model_class):
         with torch.no_grad():
             inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
             expected, actual = model(**inputs), compiled(**inputs)
-        torch.testing.assert_close(actual[0], expected[0], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            at_real_tokens(actual[0], attention_mask), at_real_tokens(expected[0], attention_mask), atol=1e-5, rtol=1e-5
+        )
     assert counter.frame_count == 1

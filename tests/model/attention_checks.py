@@ -6,9 +6,18 @@ import torch
 from blockbert_hf import blockwise_attention
 
 
+def unpacked(packed: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """`(T, hidden)` vectors of a padding-free forward's real tokens as `(batch, seq_len, hidden)`, zero at padding."""
+    is_real = attention_mask.bool()
+    padded = packed.new_zeros(*is_real.shape, packed.shape[-1])
+    padded[is_real] = packed
+    return padded
+
+
 def run_capturing_first_attention(model, input_ids, attention_mask, **kwargs):
     """Runs the model; returns the first self-attention's input hidden states, its output (context vectors) and its
-    attention weights, and the model's outputs."""
+    attention weights, and the model's outputs. Hidden states and context vectors are `(batch, seq_len, hidden)`,
+    also where the forward computed the real tokens only (`padding_free`: then zero at padding)."""
     captured = {}
 
     def hook(module, args, output):
@@ -19,6 +28,10 @@ def run_capturing_first_attention(model, input_ids, attention_mask, **kwargs):
         outputs = model(input_ids, attention_mask=attention_mask, **kwargs)
     finally:
         handle.remove()
+    if captured["hidden"].dim() == 2:
+        captured.update(
+            hidden=unpacked(captured["hidden"], attention_mask), context=unpacked(captured["context"], attention_mask)
+        )
     return captured, outputs
 
 

@@ -75,20 +75,43 @@ def head_batch(model_class, seq_len: int = 64) -> dict:
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
 @pytest.mark.parametrize("blockbert_class", list(ROBERTA_HEADS), ids=lambda cls: cls.__name__)
 def test_one_block_reproduces_roberta(blockbert_class, attn_implementation):
-    """Every head, on RoBERTa's weights with n = 1: RoBERTa's outputs and loss, padded positions included."""
+    """Every head, on RoBERTa's weights with n = 1: RoBERTa's outputs and loss at every real token, the padded
+    batch computed with and without padding. The question-answering loss leaves padding out of its softmax
+    (RoBERTa's counts it): it equals RoBERTa's loss over its logits with padding masked out."""
     num_labels = 2 if blockbert_class is BlockBertForQuestionAnswering else NUM_LABELS
     roberta_config = RobertaConfig(**ROBERTA_FIELDS, num_labels=num_labels)
     roberta = make_model(ROBERTA_HEADS[blockbert_class], roberta_config, attn_implementation)
-    blockbert = make_model(blockbert_class, tiny_config(num_blocks=1, num_labels=num_labels), attn_implementation)
-    result = blockbert.load_state_dict(roberta.state_dict(), strict=True)
-    assert not result.missing_keys and not result.unexpected_keys
     batch = head_batch(blockbert_class)
     with torch.no_grad():
         expected = roberta(**batch)
-        actual = blockbert(**batch)
-    assert actual.keys() == expected.keys()
-    for name, value in expected.items():
-        assert (actual[name] - value).abs().max() < 1e-5, name
+    if blockbert_class is BlockBertForQuestionAnswering:
+        expected["loss"] = qa_loss_without_padding(expected, batch)
+    is_real = batch["attention_mask"].bool()
+    for padding_free in (True, False):
+        config = tiny_config(num_blocks=1, num_labels=num_labels, padding_free=padding_free)
+        blockbert = make_model(blockbert_class, config, attn_implementation)
+        result = blockbert.load_state_dict(roberta.state_dict(), strict=True)
+        assert not result.missing_keys and not result.unexpected_keys
+        with torch.no_grad():
+            actual = blockbert(**batch)
+        assert actual.keys() == expected.keys()
+        for name, value in expected.items():
+            if value.shape[:2] == is_real.shape:  # one output per token
+                value, actual[name] = value[is_real], actual[name][is_real]
+            assert (actual[name] - value).abs().max() < 1e-5, (name, padding_free)
+
+
+def qa_loss_without_padding(outputs, batch) -> torch.Tensor:
+    """RoBERTa's question-answering loss over its logits, padding positions left out of the softmax."""
+    is_padding = ~batch["attention_mask"].bool()
+    losses = [
+        torch.nn.functional.cross_entropy(logits.masked_fill(is_padding, torch.finfo(logits.dtype).min), positions)
+        for logits, positions in (
+            (outputs.start_logits, batch["start_positions"]),
+            (outputs.end_logits, batch["end_positions"]),
+        )
+    ]
+    return sum(losses) / 2
 
 
 def test_one_block_reproduces_bert_with_bert_positions():
