@@ -6,11 +6,13 @@
    in n = 2 blocks of 512, heads 10:2 (ten read their own block, two the other one), with block-relative positions
    (every block reuses the 512 position rows the encoder was trained with), checked by the conversion's own
    verification (`examples/convert_roberta_to_blockbert.py`, run as printed);
-2. fine-tunes it for extractive QA for one epoch on a seeded choice of questions of the bundled SQuAD v1.1 articles
-   (`examples/run_qa.py`, run as printed), each question with its whole article as context, cut into windows of 640
-   tokens: two blocks, each starting with the question (`question_prefixed_blocks`), so that every head, the ones
-   reading the other block included, trains on text. Windows without the answer are kept at a set rate and labelled
-   null, which is what lets the windows of a long document be compared (null-relative window scoring). Its time grows
+2. fine-tunes it for extractive QA for one epoch on the bundled SQuAD v1.1 articles (`examples/run_qa.py`, run as
+   printed): a seeded choice of questions with their whole article as context, cut into windows of 640 tokens, two
+   blocks each starting with the question (`question_prefixed_blocks`), so that every head, the ones reading the
+   other block included, trains on text; windows without the answer are kept at a set rate and labelled null, which
+   is what lets the windows of a long document be compared (null-relative window scoring). The articles' other
+   questions are trained over their own paragraph (short inputs: span extraction learnt from many more questions in
+   the same time), half of them also over another paragraph of their article, without answer (null). Its time grows
    with the training questions, the window length and the epochs, and shrinks with the CPU threads;
 3. loads the saved folder with `pipeline("question-answering", model=folder, trust_remote_code=True)` and answers
    every question of a held-out article (not trained on) twice: over its own paragraph, and over the whole article
@@ -122,7 +124,21 @@ class DemoArguments:
     )
     max_train_articles: int | None = field(default=None, metadata={"help": "train on the first K articles only"})
     max_train_questions: int | None = field(
-        default=400, metadata={"help": "train on a seeded choice of K questions of those articles (0: all)"}
+        default=150,
+        metadata={"help": "a seeded choice of K questions of those articles trained over their whole article (0: all)"},
+    )
+    paragraph_questions: bool = field(
+        default=True,
+        metadata={
+            "help": "also train on the articles' other questions, each over its own paragraph (short inputs: many "
+            "more questions in the same time); --no_paragraph_questions: the whole-article windows only"
+        },
+    )
+    paragraph_negative_rate: float = field(
+        default=0.5,
+        metadata={
+            "help": "share of the paragraph questions also trained over another paragraph, without answer (null)"
+        },
     )
     max_document_questions: int = field(
         default=0, metadata={"help": "held-out questions answered over the whole article (0: all of them)"}
@@ -223,8 +239,9 @@ def check_options(args: DemoArguments) -> None:
             "heads that read another block would see an empty block in training. Use more than "
             f"{(args.num_blocks - 1) * block_size} tokens (n = {args.num_blocks} blocks of N / n = {block_size})."
         )
-    if not 0.0 <= args.negative_window_rate <= 1.0:
-        raise ValueError(f"--negative_window_rate must be in [0, 1], got {args.negative_window_rate:g}.")
+    for name in ("negative_window_rate", "paragraph_negative_rate"):
+        if not 0.0 <= getattr(args, name) <= 1.0:
+            raise ValueError(f"--{name} must be in [0, 1], got {getattr(args, name):g}.")
     if args.max_train_questions is not None and args.max_train_questions < 0:
         raise ValueError(f"--max_train_questions must be 0 (all) or more, got {args.max_train_questions}.")
     if args.mixed_precision not in MIXED_PRECISION_CHOICES:
@@ -307,12 +324,15 @@ def main(argv=None) -> int:
             max_articles=args.max_train_articles,
             max_questions=args.max_train_questions or None,
             seed=args.seed,
+            paragraph_questions=args.paragraph_questions,
+            paragraph_negative_rate=args.paragraph_negative_rate,
         )
     except (OSError, ValueError) as error:
         fail(str(error))
     print(
-        f"Fine-tuning data: {training['questions']:,} questions of {len(training['articles'])} articles; held out: "
-        f"{held_out.title!r} ({len(held_out.questions)} questions, {len(held_out.paragraphs)} paragraphs)."
+        f"Fine-tuning data: {training['questions']:,} questions over their whole article and "
+        f"{training['paragraph_questions']:,} over their own paragraph, of {len(training['articles'])} articles; "
+        f"held out: {held_out.title!r} ({len(held_out.questions)} questions, {len(held_out.paragraphs)} paragraphs)."
         + (
             f" {training['unplaced_answers']} answer(s) not at their offset in the file were left out."
             if training["unplaced_answers"]
@@ -371,6 +391,8 @@ def main(argv=None) -> int:
         "training": {
             "articles": training["articles"],
             "questions": training["questions"],
+            "paragraph_questions": training["paragraph_questions"],
+            "paragraph_negatives": training["paragraph_negatives"],
             **training_outcome(trained),
             "command": train_command,
             "seconds": round(train_seconds, 1),

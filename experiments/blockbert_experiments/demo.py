@@ -69,11 +69,19 @@ def write_training_file(
     max_articles: int | None = None,
     max_questions: int | None = None,
     seed: int = 0,
+    paragraph_questions: bool = False,
+    paragraph_negative_rate: float = 0.0,
 ) -> dict:
     """Writes the questions of `squad_file`'s articles other than `held_out_title` (the first `max_articles` of them; a
     seeded choice of `max_questions` of their questions) as a SQuAD file whose contexts are whole articles: each
     question's context is its article, paragraphs joined as `context_filling.make_example` joins them, so that
-    training cuts it into windows of several blocks, as the pipeline reads a long document. Returns what it holds."""
+    training cuts it into windows of several blocks, as the pipeline reads a long document. With `paragraph_questions`,
+    the articles' other questions are added too, each over its own paragraph: one short input a question, several
+    times cheaper to train on than a window of the article, so that span extraction is learnt from many more questions
+    in the same time (these inputs fill the first block only; the article windows train the heads reading another
+    block). Each of those questions is also added, at `paragraph_negative_rate` (seeded), over another paragraph of its
+    article with no answer (null): windows without the answer, which whole-article reading has to tell apart.
+    Returns what it holds."""
     articles = [article for article in read_articles(squad_file) if article.title != held_out_title]
     if max_articles is not None:
         articles = articles[:max_articles]
@@ -82,26 +90,47 @@ def write_training_file(
     chosen = {question.id for article in articles for question in article.questions}
     if max_questions is not None and max_questions < len(chosen):
         chosen = set(random.Random(seed).sample(sorted(chosen), max_questions))
-    data, questions, unplaced = [], 0, 0
+    data, questions, paragraph_count, negatives, unplaced = [], 0, 0, 0, 0
+    negative_draws = random.Random(seed + 1)
     for article in articles:
-        qas, context = [], None
+        whole_article, own_paragraphs, context = [], {}, None
         for question in article.questions:
-            if question.id not in chosen:
+            if question.id in chosen:
+                example, dropped = make_example(article, question, 0, len(article.paragraphs))
+            elif paragraph_questions:
+                example, dropped = make_example(article, question, question.paragraph, question.paragraph + 1)
+            else:
                 continue
-            example, dropped = make_example(article, question, 0, len(article.paragraphs))
             unplaced += dropped
-            if example.answers:
+            if not example.answers:
+                continue
+            answers = [{"text": answer.text, "answer_start": answer.start} for answer in example.answers]
+            row = {"id": question.id, "question": question.question, "answers": answers}
+            if question.id in chosen:
                 context = example.context
-                answers = [{"text": answer.text, "answer_start": answer.start} for answer in example.answers]
-                qas.append({"id": question.id, "question": question.question, "answers": answers})
-        if qas:
-            data.append({"title": article.title, "paragraphs": [{"context": context, "qas": qas}]})
-            questions += len(qas)
+                whole_article.append(row)
+            else:
+                own_paragraphs.setdefault(example.context, []).append(row)
+                others = [index for index in range(len(article.paragraphs)) if index != question.paragraph]
+                if others and negative_draws.random() < paragraph_negative_rate:
+                    other = article.paragraphs[negative_draws.choice(others)]
+                    null_row = {"id": f"{question.id}_other", "question": question.question, "answers": []}
+                    own_paragraphs.setdefault(other, []).append(null_row)
+                    negatives += 1
+        paragraphs = [{"context": context, "qas": whole_article}] if whole_article else []
+        paragraphs += [{"context": text, "qas": rows} for text, rows in own_paragraphs.items()]
+        if paragraphs:
+            data.append({"title": article.title, "paragraphs": paragraphs})
+            questions += len(whole_article)
+            paragraph_count += sum(len(rows) for rows in own_paragraphs.values())
+    paragraph_count -= negatives
     write_json_atomically(output_file, {"version": "1.1", "data": data}, indent=None)
     return {
         "file": str(output_file),
         "articles": [article["title"] for article in data],
         "questions": questions,
+        "paragraph_questions": paragraph_count,
+        "paragraph_negatives": negatives,
         "unplaced_answers": unplaced,
     }
 

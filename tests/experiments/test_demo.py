@@ -79,6 +79,38 @@ def test_the_training_questions_are_a_seeded_choice(tmp_path):
     assert first == again and first != other
 
 
+def test_the_other_questions_read_their_own_paragraph_and_half_of_them_another_one_without_answer(tmp_path):
+    written = write_training_file(
+        SQUAD_SAMPLE,
+        HELD_OUT,
+        tmp_path / "train.json",
+        max_questions=10,
+        paragraph_questions=True,
+        paragraph_negative_rate=0.5,
+    )
+    source = next(a for a in json.loads(SQUAD_SAMPLE.read_text())["data"] if a["title"] != HELD_OUT)
+    total = sum(len(p["qas"]) for p in source["paragraphs"])
+    (article,) = json.loads((tmp_path / "train.json").read_text())["data"]
+    whole, *paragraphs = article["paragraphs"]
+    assert len(whole["qas"]) == written["questions"] == 10
+    assert whole["context"] == "\n".join(p["context"] for p in source["paragraphs"])
+    own_context = {qa["id"]: p["context"] for p in source["paragraphs"] for qa in p["qas"]}
+    answered = [(p["context"], qa) for p in paragraphs for qa in p["qas"] if qa["answers"]]
+    unanswered = [(p["context"], qa) for p in paragraphs for qa in p["qas"] if not qa["answers"]]
+    assert len(answered) == written["paragraph_questions"] == total - 10
+    assert {qa["id"] for _, qa in answered}.isdisjoint(qa["id"] for qa in whole["qas"])
+    for context, qa in answered:
+        assert context == own_context[qa["id"]]
+        for answer in qa["answers"]:
+            assert context[answer["answer_start"] :].startswith(answer["text"])
+    assert len(unanswered) == written["paragraph_negatives"]
+    assert 0.35 * len(answered) < len(unanswered) < 0.65 * len(answered)
+    for context, qa in unanswered:
+        question_id = qa["id"].removesuffix("_other")
+        assert qa["id"] != question_id and context != own_context[question_id]
+        assert context in own_context.values()
+
+
 def test_a_training_file_with_only_the_held_out_article_is_an_error(tmp_path):
     only_sky = tmp_path / "sky.json"
     data = json.loads(SQUAD_SAMPLE.read_text())
@@ -220,6 +252,7 @@ def demo_cli(monkeypatch):
         ("--train_window", "512", "--train_window 512 fits in 1 block(s) of 512 tokens"),
         ("--train_window", "4096", "--train_window 4096 is longer than --max_seq_length 1024"),
         ("--negative_window_rate", "1.5", "--negative_window_rate must be in [0, 1]"),
+        ("--paragraph_negative_rate", "-0.1", "--paragraph_negative_rate must be in [0, 1]"),
         ("--max_train_questions", "-1", "--max_train_questions must be 0 (all) or more"),
         ("--mixed_precision", "fp8", "--mixed_precision fp8 is unknown"),
         ("--window_layout", "question_last", "--window_layout: window_layout='question_last' is unknown"),

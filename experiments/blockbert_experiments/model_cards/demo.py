@@ -203,11 +203,25 @@ def _negative_windows_text(rate: float | None) -> str:
     return f"kept at rate {rate:g} (seeded), labelled null"
 
 
+def _questions_text(training: Mapping) -> str:
+    """The training questions: over their whole article, and (demos since the paragraph option) over paragraphs."""
+    text = f"{training['questions']:,} over their whole article"
+    if training.get("paragraph_questions"):
+        text += f", {training['paragraph_questions']:,} over their own paragraph"
+    if training.get("paragraph_negatives"):
+        text += f" ({training['paragraph_negatives']:,} of them also over another paragraph, without answer)"
+    return text
+
+
+def _training_questions(training: Mapping) -> int:
+    return training["questions"] + (training.get("paragraph_questions") or 0)
+
+
 def _training_text(results: Mapping) -> str:
     training = results["training"]
     rows = [
         ["data", f"`{training['data_file']}`: {', '.join(f'`{title}`' for title in training['articles'])}"],
-        ["questions", f"{training['questions']:,}"],
+        ["questions", _questions_text(training)],
         ["windows", f"{training['max_seq_length']} tokens, doc_stride {training['doc_stride']}"],
         ["window layout", f"`{training.get('window_layout') or 'question_first'}`"],
         ["windows without the answer", _negative_windows_text(training.get("negative_window_rate"))],
@@ -273,8 +287,8 @@ def demo_card(
         else "The conversion was not verified."
     )
     demo_statement = (
-        f"**Demo model: {training['seconds'] / 60:.1f} minutes of fine-tuning on {training['questions']:,} questions; "
-        "not a production QA model.**"
+        f"**Demo model: {training['seconds'] / 60:.1f} minutes of fine-tuning on {_training_questions(training):,} "
+        "questions; not a production QA model.**"
     )
     articles = ", ".join(f"`{title}`" for title in training["articles"])
     limitations = _config_limitations(config)
@@ -292,8 +306,8 @@ def demo_card(
         )
     limitations += [
         f"Small and briefly trained: {config.num_hidden_layers} layers, {training['num_train_epochs']:g} epoch(s) "
-        f"on {training['questions']:,} questions from {len(training['articles'])} article(s); the EM/F1 above come "
-        "from the questions of one held-out article and are a rough estimate, not a benchmark.",
+        f"on {_training_questions(training):,} questions from {len(training['articles'])} article(s); the EM/F1 above "
+        "come from the questions of one held-out article and are a rough estimate, not a benchmark.",
         f"Timings and memory were measured on {results['machine']}; they compare full and blockwise attention on that "
         "machine, not machines.",
     ]
