@@ -9,7 +9,10 @@ around the block boundaries and at N; prints the max difference per length as JS
 nothing when it does not match, or when the folder has no tokenizer files or holds a multiple-choice model (not
 exportable); exits with status 2 on a bad option. Needs the `export` extra (onnx, onnxscript, onnxruntime). Run the
 file with `blockbert_hf.export.OnnxBlockBert(OUT)(**tokenizer(question, context, return_tensors="np"))`, which checks
-its inputs first.
+its inputs first, or a question-answering model in the pipeline with
+`blockbert_hf.export.OnnxBlockBertForQuestionAnswering.from_pretrained(OUT)`. `--quantize` also writes
+`OUT/model_int8.onnx` (ONNX Runtime's dynamic int8 quantization) and its difference per length in
+`OUT/quantization.json`.
 """
 
 import json
