@@ -24,7 +24,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import AutoTokenizer
 
-from blockbert_benchmarks.measuring.machine import machine_description
+from blockbert_benchmarks.measuring.machine import machine_description, recorded_command
 from blockbert_benchmarks.reporting import print_and_write
 from blockbert_hf import BlockBertForQuestionAnswering
 from blockbert_hf.export import (
@@ -174,7 +174,9 @@ def main(argv=None):
     results = {
         "machine": machine_description(),
         "threads": torch.get_num_threads(),
-        "command": " ".join(["python benchmarks/qa_pipeline_speed.py", *(sys.argv[1:] if argv is None else argv)]),
+        "command": recorded_command(
+            ["python", "benchmarks/qa_pipeline_speed.py", *(sys.argv[1:] if argv is None else argv)]
+        ),
         "model": args.model_folder,
         "max_seq_length": config.max_sequence_length,
         "attention": f"{config.attention_pattern}, n = {config.num_blocks}, heads {config.heads_per_shift}",

@@ -379,9 +379,10 @@ def verification_batches(config: BlockBertConfig, tokenizer, text: str, lengths)
     return batches
 
 
-def at_real_tokens(values: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+def at_real_tokens(values, attention_mask):
     """The outputs of real tokens (`values[attention_mask == 1]`) for outputs with one row per token, all of `values`
-    for the others: outputs at padding are not defined (docs/attention.md, "Padding"), so they are not compared."""
+    for the others (arrays or tensors): outputs at padding are not defined (docs/attention.md, "Padding"), so they are
+    not compared."""
     is_real = np.asarray(attention_mask).astype(bool)
     return values[is_real] if values.shape[: is_real.ndim] == is_real.shape else values
 

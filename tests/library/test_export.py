@@ -26,6 +26,7 @@ from blockbert_hf import (
     modeling_blockbert,
 )
 from blockbert_hf import export as blockbert_export
+from blockbert_hf.export import at_real_tokens
 from blockbert_hf.pipeline_question_answering import ExtractiveQuestionAnsweringPipeline
 from blockbert_hf.tokenization import match_tokenizer_to_config, read_text_lines
 
@@ -73,10 +74,15 @@ def max_differences(run, model, lengths) -> dict[str, float]:
     return differences
 
 
-def at_real_tokens(values: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """Outputs with one row per token at the real tokens only (outputs at padding are not defined); others whole."""
-    is_real = attention_mask.bool()
-    return values[is_real] if values.shape[: is_real.dim()] == is_real.shape else values
+def assert_span_logits_close(actual, expected, attention_mask, atol=1e-5, rtol=1e-5):
+    """Start and end logits (tensors or arrays) equal at the real tokens (outputs at padding are not defined)."""
+    for name in ("start_logits", "end_logits"):
+        torch.testing.assert_close(
+            torch.as_tensor(at_real_tokens(actual[name], attention_mask)),
+            torch.as_tensor(at_real_tokens(expected[name], attention_mask)),
+            atol=atol,
+            rtol=rtol,
+        )
 
 
 # --- the traced layout ----------------------------------------------------------------------------------------------
@@ -195,13 +201,7 @@ def test_exported_program_takes_token_types():
             actual = program(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
         if length > 5:
             assert not torch.allclose(without_types.start_logits, expected.start_logits, atol=1e-3)
-        for name in ("start_logits", "end_logits"):
-            torch.testing.assert_close(
-                at_real_tokens(actual[name], attention_mask),
-                at_real_tokens(expected[name], attention_mask),
-                atol=1e-5,
-                rtol=1e-5,
-            )
+        assert_span_logits_close(actual, expected, attention_mask)
 
 
 def test_models_with_one_token_type_keep_two_inputs():
@@ -389,12 +389,7 @@ def test_onnx_runtime_matches_eager_with_token_types(exported_bert_qa_model):
         with torch.no_grad():
             expected = model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
         actual = runner(input_ids.numpy(), attention_mask.numpy(), token_type_ids.numpy())
-        for name in ("start_logits", "end_logits"):
-            np.testing.assert_allclose(
-                blockbert_export.at_real_tokens(actual[name], attention_mask.numpy()),
-                blockbert_export.at_real_tokens(expected[name].numpy(), attention_mask.numpy()),
-                atol=1e-4,
-            )
+        assert_span_logits_close(actual, expected, attention_mask, atol=1e-4, rtol=1e-7)
     with pytest.raises(ValueError, match="pass token_type_ids"):
         runner(input_ids.numpy(), attention_mask.numpy())
     with pytest.raises(ValueError, match="this model has 2 token type"):
@@ -514,13 +509,7 @@ def test_exported_program_honours_block_relative_bert_positions():
         inputs["token_type_ids"] = question_context_types(attention_mask)
         with torch.no_grad():
             expected, actual = model(**inputs), program(**inputs)
-        for name in ("start_logits", "end_logits"):
-            torch.testing.assert_close(
-                at_real_tokens(actual[name], attention_mask),
-                at_real_tokens(expected[name], attention_mask),
-                atol=1e-5,
-                rtol=1e-5,
-            )
+        assert_span_logits_close(actual, expected, attention_mask)
 
 
 @pytest.mark.slow
