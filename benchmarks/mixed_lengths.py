@@ -21,7 +21,7 @@ from transformers import RobertaConfig, RobertaModel
 from blockbert_benchmarks.measuring.machine import machine_description
 from blockbert_benchmarks.measuring.timing import interleaved_medians
 from blockbert_benchmarks.models import bert_base_config
-from blockbert_benchmarks.reporting import print_and_write
+from blockbert_benchmarks.reporting import measuring_arguments, print_and_write
 from blockbert_hf import BlockBertModel
 
 
@@ -166,19 +166,6 @@ def render_markdown(results: dict) -> str:
         "nothing to remove), so its distance from 1 is this run's noise.",
     ]
     return "\n".join(lines) + "\n"
-
-
-def measuring_arguments(argv: list[str]) -> list[str]:
-    """The command line without the options that only say where results go (shown with the results)."""
-    shown, skip = [], False
-    for word in argv:
-        if skip:
-            skip = False
-        elif word in ("--output", "--markdown"):
-            skip = True
-        elif not word.startswith(("--output=", "--markdown=")):
-            shown.append(word)
-    return shown
 
 
 def main(argv=None):

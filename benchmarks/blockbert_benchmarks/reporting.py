@@ -135,6 +135,19 @@ def print_and_write(results: dict, markdown: str, json_path: str | None, markdow
             write_file_atomically(path, text)
 
 
+def measuring_arguments(argv: list[str]) -> list[str]:
+    """The command line without the options that only say where results go (shown with the results)."""
+    shown, skip = [], False
+    for word in argv:
+        if skip:
+            skip = False
+        elif word in ("--output", "--markdown"):
+            skip = True
+        elif not word.startswith(("--output=", "--markdown=")):
+            shown.append(word)
+    return shown
+
+
 def run_arguments(args) -> dict:
     """The parsed arguments as a results file records them: the parsed candidates by their keys (`models`), the output
     folder as `recorded_path` records it."""

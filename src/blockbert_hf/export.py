@@ -1,9 +1,12 @@
 """Exporting BlockBERT: `torch.export` programs and ONNX files valid for every batch size and every length up to N.
 
-A traced BlockBERT always lays attention out as `n` blocks of `b` tokens (docs/attention.md, "Tracing and export"), so
-one program serves every length. A program cannot raise on tensor values, so inputs are checked on the host:
-`check_inputs` before every call (`OnnxBlockBert` does it for you). `OnnxBlockBertForQuestionAnswering` runs an
-exported question-answering folder in the question-answering pipeline; `quantize_int8` makes its int8 variant.
+A traced BlockBERT lays attention out as eager does: one unpadded block of `L` tokens when `L <= b`, the `ceil(L / b)`
+blocks of `b` tokens the input fills otherwise (docs/attention.md, "Tracing and export"). The two layouts are two
+programs (`length_ranges`): `export_program` returns both behind one module that runs the one made for the input's
+length, and `export_onnx` joins them in one ONNX file. A program cannot raise on tensor values, so inputs are checked
+on the host: `check_inputs` before every call (`OnnxBlockBert` does it for you). `OnnxBlockBertForQuestionAnswering`
+runs an exported question-answering folder in the question-answering pipeline; `quantize_int8` makes its int8
+variant.
 
 ONNX needs the `export` extra (`pip install blockbert-hf[export]`: onnx, onnxscript, onnxruntime).
 """
@@ -161,11 +164,28 @@ def check_exportable(config: BlockBertConfig, architecture: str | None = None) -
         )
 
 
-def dynamic_shapes(config: BlockBertConfig) -> dict:
-    """Dynamic batch size and sequence length (1 to N) for every input (`input_names(config)`)."""
+def length_ranges(config: BlockBertConfig) -> list[tuple[int, int]]:
+    """The ranges of sequence lengths that get a program each: `[(1, b), (b + 1, N)]` for a blockwise model with
+    `N > b` (one unpadded block up to `b` tokens, `ceil(L / b)` blocks of `b` above), `[(1, N)]` otherwise."""
+    max_len, block_size = config.max_sequence_length, config.effective_block_size
+    if config.attention_pattern != "blockwise" or max_len <= block_size:
+        return [(1, max_len)]
+    return [(1, block_size), (block_size + 1, max_len)]
+
+
+def dynamic_shapes(config: BlockBertConfig, lengths: tuple[int, int] | None = None) -> dict:
+    """Dynamic batch size and sequence length (`lengths`, default 1 to N) for every input (`input_names(config)`)."""
+    shortest, longest = lengths or (1, config.max_sequence_length)
     batch = Dim("batch", min=1, max=1 << 16)
-    sequence = Dim("sequence", min=1, max=config.max_sequence_length)
+    sequence = Dim("sequence", min=shortest, max=longest)
     return {name: {0: batch, 1: sequence} for name in input_names(config)}
+
+
+def example_length(lengths: tuple[int, int]) -> int:
+    """A length inside `lengths` to trace with, neither 1 nor an end of the range where it can be avoided (a traced
+    size of 1, or an end, would be specialised)."""
+    shortest, longest = lengths
+    return min(longest, max(shortest, 2, (shortest + longest) // 2 + 1))
 
 
 class ExportableBlockBert(torch.nn.Module):
@@ -190,9 +210,9 @@ class ExportableBlockBert(torch.nn.Module):
 
 
 def example_inputs(config: BlockBertConfig, batch_size: int = 2, seq_len: int | None = None) -> dict:
-    """Right-padded example inputs for tracing (a length that is neither 1 nor N, so neither gets specialised), with
-    token types 0 then 1 when the model has them."""
-    seq_len = seq_len or max(2, config.max_sequence_length // 2 + 1)
+    """Right-padded example inputs for tracing (by default of `example_length` over 1 to N), with token types 0 then 1
+    when the model has them."""
+    seq_len = seq_len or example_length((1, config.max_sequence_length))
     first_real = 3 if config.vocab_size > 3 else 0
     input_ids = torch.arange(batch_size * seq_len).reshape(batch_size, seq_len) % (config.vocab_size - first_real)
     input_ids = input_ids + first_real
@@ -207,35 +227,85 @@ def example_inputs(config: BlockBertConfig, batch_size: int = 2, seq_len: int | 
     return inputs
 
 
-def export_program(model: torch.nn.Module) -> torch.export.ExportedProgram:
+class ProgramsByLength(torch.nn.Module):
+    """Exported programs of one model, each made for a range of lengths, as one module: called with the model's
+    keyword inputs (`input_names(config)`), it runs the program made for the length of `input_ids`."""
+
+    def __init__(self, programs: dict[tuple[int, int], torch.nn.Module]):
+        super().__init__()
+        self.ranges = list(programs)
+        self.programs = torch.nn.ModuleList(programs.values())
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, **inputs):
+        seq_len = input_ids.shape[-1]
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        for (shortest, longest), program in zip(self.ranges, self.programs):
+            if shortest <= seq_len <= longest:
+                return program(input_ids=input_ids, attention_mask=attention_mask, **inputs)
+        raise ValueError(
+            f"The input has L = {seq_len} tokens; the exported programs take {self.ranges[0][0]} to "
+            f"{self.ranges[-1][1]}: truncate the input to the model's N."
+        )
+
+
+@dataclass
+class ExportedBlockBert:
+    """The `torch.export` programs of a model, one per range of lengths (`length_ranges`): `programs[(1, b)]`, ...
+    `module()` runs the one made for the input's length."""
+
+    programs: dict[tuple[int, int], torch.export.ExportedProgram]
+
+    def module(self) -> ProgramsByLength:
+        return ProgramsByLength({lengths: program.module() for lengths, program in self.programs.items()})
+
+
+def export_program(model: torch.nn.Module) -> ExportedBlockBert:
     """`torch.export` of a BlockBERT model (any head but multiple choice) with dynamic batch size and sequence
-    length; the program takes `input_names(model.config)` as keywords and returns the model's output."""
+    length, one program per range of `length_ranges`; each takes `input_names(model.config)` as keywords and returns
+    the model's output."""
     check_exportable(model.config, type(model).__name__)
     model = model.eval()
+    programs = {}
     with torch.no_grad():
-        return torch.export.export(
-            model, (), example_inputs(model.config), dynamic_shapes=dynamic_shapes(model.config), strict=False
-        )
+        for lengths in length_ranges(model.config):
+            inputs = example_inputs(model.config, seq_len=example_length(lengths))
+            shapes = dynamic_shapes(model.config, lengths)
+            programs[lengths] = torch.export.export(model, (), inputs, dynamic_shapes=shapes, strict=False)
+    return ExportedBlockBert(programs)
 
 
 def export_onnx(model: torch.nn.Module, path: str | Path) -> list[str]:
     """Writes `model` as an ONNX file with dynamic batch size and sequence length, taking `input_names(model.config)`;
-    returns its output names."""
+    returns its output names. A blockwise model's two programs (`length_ranges`) are joined in the file by an `If`
+    on the input's length, their weights stored once (`onnx_length_switch`)."""
+    import onnx
+
+    from .onnx_length_switch import switch_by_length
+
     check_exportable(model.config, type(model).__name__)
     wrapper = ExportableBlockBert(model)
-    inputs = example_inputs(model.config)
     names = input_names(model.config)
-    with torch.no_grad():
-        program = torch.onnx.export(
-            wrapper,
-            tuple(inputs[name] for name in names),
-            input_names=list(names),
-            output_names=wrapper.output_names,
-            dynamic_shapes=tuple(dynamic_shapes(model.config).values()),
-            dynamo=True,
-            verbose=False,
-        )
-    program.save(str(path))
+    graphs = []
+    for lengths in length_ranges(model.config):
+        inputs = example_inputs(model.config, seq_len=example_length(lengths))
+        with torch.no_grad():
+            program = torch.onnx.export(
+                wrapper,
+                tuple(inputs[name] for name in names),
+                input_names=list(names),
+                output_names=wrapper.output_names,
+                dynamic_shapes=tuple(dynamic_shapes(model.config, lengths).values()),
+                dynamo=True,
+                verbose=False,
+            )
+        graphs.append((lengths, program.model_proto))
+    if len(graphs) == 1:
+        onnx_model = graphs[0][1]
+    else:
+        (short_lengths, short), (_, long) = graphs
+        onnx_model = switch_by_length(short, long, short_lengths[1])
+    onnx.save(onnx_model, str(path))
     return wrapper.output_names
 
 
@@ -325,11 +395,29 @@ class OnnxBlockBertForQuestionAnswering:
 
 def quantize_int8(folder: str | Path) -> Path:
     """Writes `folder/model_int8.onnx`: ONNX Runtime's dynamic quantization of `folder/model.onnx` (int8 weights for
-    the matrix products, activations quantized at run time), the usual way to speed up encoders on CPU."""
+    the matrix products, activations quantized at run time), the usual way to speed up encoders on CPU. The quantizer
+    does not look inside an `If`, so a model joined by length is quantized graph by graph and joined again."""
+    import tempfile
+
+    import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
+    from .onnx_length_switch import split_by_length, switch_by_length
+
     folder = Path(folder)
-    quantize_dynamic(folder / ONNX_FILE, folder / INT8_ONNX_FILE, weight_type=QuantType.QInt8)
+    graphs = split_by_length(onnx.load(folder / ONNX_FILE))
+    if graphs is None:
+        quantize_dynamic(folder / ONNX_FILE, folder / INT8_ONNX_FILE, weight_type=QuantType.QInt8)
+        return folder / INT8_ONNX_FILE
+    short, long, short_max_length = graphs
+    with tempfile.TemporaryDirectory(dir=folder) as scratch:
+        quantized = []
+        for name, graph in (("short", short), ("long", long)):
+            source, target = Path(scratch, f"{name}.onnx"), Path(scratch, f"{name}_int8.onnx")
+            onnx.save(graph, source)
+            quantize_dynamic(source, target, weight_type=QuantType.QInt8)
+            quantized.append(onnx.load(target))
+        onnx.save(switch_by_length(*quantized, short_max_length), folder / INT8_ONNX_FILE)
     return folder / INT8_ONNX_FILE
 
 

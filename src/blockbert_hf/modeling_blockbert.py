@@ -115,8 +115,6 @@ class HeadGroup:
     """Heads that share one shift, and everything the kernel call for them needs (built once per forward)."""
 
     heads: slice
-    # Key block used by each query block; None when it is the block itself (no copy needed).
-    partner: list[int] | None
     # Boolean, True where the query may attend the key; broadcasts to (batch * blocks, 1, queries, keys); None: all.
     mask: torch.Tensor | None
     # Boolean (batch * blocks, queries or 1): True where a query has no admissible key. Such queries attend their whole
@@ -124,7 +122,7 @@ class HeadGroup:
     empty: torch.Tensor | None
     # `mask` as flex_attention's `BlockMask` (only with attn_implementation="flex_attention").
     flex_mask: object | None = None
-    # Padding-free batches: the tile (row) each tile's keys come from, a (tiles,) index; None: the tile itself.
+    # The row (tile) of the keys each row's queries attend, a (batch * blocks,) index; None: the row itself (shift 0).
     partner_rows: torch.Tensor | None = None
 
 
@@ -151,8 +149,8 @@ class AttentionLayout:
     blocks_per_sequence: int
     groups: list[HeadGroup]
     blockwise: bool
-    # Whether q, k, v are padded from `seq_len` to `blocks_per_sequence * block_len` (always when traced: the padding
-    # is symbolic).
+    # Whether q, k, v are padded from `seq_len` to `blocks_per_sequence * block_len` (always when traced with several
+    # blocks: the padding is symbolic).
     pads_input: bool = False
     # Whether attention weights are wanted (`output_attentions`, eager kernel).
     return_weights: bool = False
@@ -228,7 +226,7 @@ def build_attention_layout(
             pattern = sparse_fixed_pattern(seq_len, config.sparse_stride, config.sparse_expressivity, device)
             allowed = allowed & pattern
         empty, mask = _masks_for_group(allowed)
-        groups = [HeadGroup(heads=slice(0, config.num_attention_heads), partner=None, mask=mask, empty=empty)]
+        groups = [HeadGroup(heads=slice(0, config.num_attention_heads), mask=mask, empty=empty)]
         layout = AttentionLayout(block_len=seq_len, blocks_per_sequence=1, groups=groups, blockwise=False)
     else:
         layout = _blockwise_layout(config, key_is_real, batch_size, seq_len, device)
@@ -240,37 +238,42 @@ def build_attention_layout(
 
 
 def _blockwise_layout(config, key_is_real, batch_size: int, seq_len: int, device) -> AttentionLayout:
-    if _is_traced():
-        # One program for every length up to N: always n blocks of b tokens, so that no shape decision depends on the
-        # (symbolic) sequence length.
-        block_len, blocks_per_sequence = config.effective_block_size, config.num_blocks
+    """The tiles of a blockwise forward: an input that fits in one block is one unpadded block of `L` tokens, a longer
+    one is cut into the `ceil(L / b)` blocks of `b` tokens it fills (the last one padded). The one branch on the
+    length is `L <= b`; partners are index tensors, so a traced program with a symbolic `L` on one side of `b` serves
+    every length on that side (docs/attention.md, "Tracing and export")."""
+    block_len = config.effective_block_size
+    if seq_len <= block_len:
+        block_len, blocks_per_sequence, padding = seq_len, 1, 0
     else:
-        # An input that fits in one block is one (unpadded) block; otherwise the last block is padded.
-        block_len = min(config.effective_block_size, seq_len)
-        blocks_per_sequence = math.ceil(seq_len / block_len)
-    padding = blocks_per_sequence * block_len - seq_len
+        blocks_per_sequence = (seq_len + block_len - 1) // block_len
+        padding = blocks_per_sequence * block_len - seq_len
     if key_is_real is None:
         key_is_real = torch.ones(batch_size, seq_len, dtype=torch.bool, device=device)
     key_is_real = nn.functional.pad(key_is_real, (0, padding), value=False)
     key_is_real = key_is_real.view(batch_size, blocks_per_sequence, block_len)
 
+    block = torch.arange(blocks_per_sequence, device=device)
+    first_row = torch.arange(batch_size, device=device)[:, None] * blocks_per_sequence
     groups, first_head = [], 0
     for shift, count in enumerate(config.heads_per_shift):
         heads = slice(first_head, first_head + count)
         first_head += count
         if count == 0:
             continue
-        # Plain Python on block numbers: the layout depends on the input's shape only, never on tensor values.
-        partner = [partner_block(block, shift, config.num_blocks) for block in range(blocks_per_sequence)]
-        past_end = [key_block >= blocks_per_sequence for key_block in partner]  # the partner lies past the input's end
-        partner = [block if beyond else key_block for block, (key_block, beyond) in enumerate(zip(partner, past_end))]
-        allowed = key_is_real[:, partner]
-        if any(past_end):
-            allowed = allowed & ~torch.tensor(past_end, device=device)[None, :, None]
+        if shift == 0:  # every block is its own partner
+            empty, mask = _masks_for_group(key_is_real.view(batch_size * blocks_per_sequence, 1, block_len))
+            groups.append(HeadGroup(heads=heads, mask=mask, empty=empty))
+            continue
+        partner = partner_block(block, shift, config.num_blocks)
+        past_end = partner >= blocks_per_sequence  # the partner lies past the input's end: no admissible key
+        partner = torch.where(past_end, block, partner)
+        allowed = key_is_real.index_select(1, partner) & ~past_end[None, :, None]
         empty, mask = _masks_for_group(allowed.view(batch_size * blocks_per_sequence, 1, block_len))
-        is_identity = partner == list(range(blocks_per_sequence))
-        groups.append(HeadGroup(heads=heads, partner=None if is_identity else partner, mask=mask, empty=empty))
-    pads_input = _is_traced() or padding != 0
+        partner_rows = (first_row + partner).flatten()
+        groups.append(HeadGroup(heads=heads, mask=mask, empty=empty, partner_rows=partner_rows))
+    # Traced, the padding of several blocks is symbolic, so it is applied whatever its value.
+    pads_input = blocks_per_sequence > 1 and (_is_traced() or padding != 0)
     return AttentionLayout(block_len, blocks_per_sequence, groups, blockwise=True, pads_input=pads_input)
 
 
@@ -396,16 +399,13 @@ def padding_free_layout(layout: AttentionLayout, key_is_real: torch.Tensor) -> A
         mask = None if group.mask is None else group.mask.index_select(0, real_tiles)
         empty = None if group.empty is None else group.empty.index_select(0, real_tiles)
         partner_rows = None
-        if group.partner is not None:
-            partner = torch.tensor(group.partner, dtype=torch.long, device=key_is_real.device)
-            first_tile = torch.arange(batch_size, device=key_is_real.device)[:, None] * blocks
-            partner_rows = row_of_tile[(first_tile + partner).flatten()].index_select(0, real_tiles)
+        if group.partner_rows is not None:
+            partner_rows = row_of_tile[group.partner_rows].index_select(0, real_tiles)
             own_rows = torch.arange(num_tiles, device=key_is_real.device)
             partner_rows = torch.where(partner_rows < 0, own_rows, partner_rows)
         groups.append(
             HeadGroup(
                 heads=group.heads,
-                partner=group.partner,
                 mask=None if mask is None or bool(mask.all()) else mask,
                 empty=None if empty is None or not bool(empty.any()) else empty,
                 partner_rows=partner_rows,
@@ -415,7 +415,7 @@ def padding_free_layout(layout: AttentionLayout, key_is_real: torch.Tensor) -> A
 
 
 def _blocks_of_group(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, group: HeadGroup, blocks_per_sequence: int
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, group: HeadGroup
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The group's heads of `query`, `key`, `value` in blocks, `(batch * blocks, block_len, heads, head_dim)`, as
     `(batch * blocks, group_heads, block_len, head_dim)`, with each key/value block replaced by the query block's
@@ -423,8 +423,6 @@ def _blocks_of_group(
     query, key, value = (x[:, :, group.heads] for x in (query, key, value))
     if group.partner_rows is not None:
         key, value = (x.index_select(0, group.partner_rows) for x in (key, value))
-    elif group.partner is not None:
-        key, value = (x.unflatten(0, (-1, blocks_per_sequence))[:, group.partner].flatten(0, 1) for x in (key, value))
     return query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
 
 
@@ -482,7 +480,7 @@ def eager_attention_on_blocks(
     batch_size = query.shape[0] // blocks
     probabilities, values = [], []
     for group in layout.groups:
-        group_query, group_key, group_value = _blocks_of_group(query, key, value, group, blocks)
+        group_query, group_key, group_value = _blocks_of_group(query, key, value, group)
         probabilities.append(_attention_probabilities(group_query, group_key, group.mask, group.empty, scaling))
         values.append(group_value)
     if not layout.return_weights:
@@ -529,8 +527,14 @@ def kernel_attention_on_blocks(
     attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
     outputs = []
     for group in layout.groups:
-        group_query, group_key, group_value = _blocks_of_group(query, key, value, group, layout.blocks_per_sequence)
+        group_query, group_key, group_value = _blocks_of_group(query, key, value, group)
         mask = group.mask
+        if implementation == "sdpa" and mask is not None and _is_traced():
+            # ONNX lowers a boolean sdpa mask to a `Where` over all scores and a NaN check of all probabilities (a
+            # third of a program's time); an additive mask is one `Add`. No row is fully masked, so both are exact.
+            mask = torch.zeros(mask.shape, dtype=query.dtype, device=mask.device).masked_fill(
+                ~mask, torch.finfo(query.dtype).min
+            )
         if implementation == "flex_attention":
             mask, padding = group.flex_mask, _flex_padded_length(layout.block_len) - layout.block_len
             if padding:
@@ -599,12 +603,14 @@ class BlockBertSelfAttention(nn.Module):
         outputs, attn_weights = self._attend_blocks(query, key, value, layout, **kwargs)
         # SDPA has no `out=`: the groups' outputs are joined with one copy.
         attn_output = torch.cat(outputs, dim=2) if len(outputs) > 1 else outputs[0]
-        attn_output = attn_output.reshape(batch_size, padded_len, self.all_head_size)
         if _is_traced() and layout.pads_input:
-            # A copy, not a view: whether a view is contiguous depends on `seq_len == padded_len`, which a compiler
-            # would then guard on, splitting the one program for every length into two.
-            positions = torch.arange(seq_len, device=attn_output.device)
-            return attn_output.index_select(1, positions), attn_weights
+            # Each token read from its block by index: reshaping the blocks back to `padded_len` would make a traced
+            # program guard on the (symbolic) block count.
+            position = torch.arange(seq_len, device=attn_output.device)
+            first_row = torch.arange(batch_size, device=attn_output.device)[:, None] * layout.blocks_per_sequence
+            row = first_row + position // layout.block_len
+            return attn_output[row, position % layout.block_len].flatten(2), attn_weights
+        attn_output = attn_output.reshape(batch_size, padded_len, self.all_head_size)
         return attn_output[:, :seq_len], attn_weights
 
     def _attend_blocks(self, query, key, value, layout: AttentionLayout, **kwargs):

@@ -91,17 +91,22 @@ def assert_span_logits_close(actual, expected, attention_mask, atol=1e-5, rtol=1
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
 @pytest.mark.parametrize("config_name", list(CONFIGS))
 def test_traced_attention_layout_agrees_with_eager(config_name, attn_implementation, monkeypatch):
-    """The layout a traced program runs (n blocks of b tokens, masks always applied) computes what eager computes."""
+    """The layout a traced program runs (eager's blocks, masks always applied, blocks padded whatever the padding)
+    computes what eager computes."""
     model = make_model(BlockBertModel, tiny_config(**CONFIGS[config_name]), attn_implementation)
     lengths = grid_lengths(model.config)
     batches = list(grid_batches(lengths))
     with torch.no_grad():
         expected = [model(input_ids=ids, attention_mask=mask).last_hidden_state for _, ids, mask in batches]
         monkeypatch.setattr(modeling_blockbert, "_is_traced", lambda: True)
-        layout = modeling_blockbert.build_attention_layout(model.config, None, 1, 5, "cpu")
-        if model.config.attention_pattern == "blockwise":
-            config = model.config
-            assert (layout.blocks_per_sequence, layout.block_len) == (config.num_blocks, config.effective_block_size)
+        config = model.config
+        if config.attention_pattern == "blockwise":
+            layout = modeling_blockbert.build_attention_layout(config, None, 1, 5, "cpu")
+            assert (layout.blocks_per_sequence, layout.block_len, layout.pads_input) == (1, 5, False)
+            block_size = config.effective_block_size
+            if config.max_sequence_length > block_size:
+                layout = modeling_blockbert.build_attention_layout(config, None, 1, block_size * 2, "cpu")
+                assert (layout.blocks_per_sequence, layout.block_len, layout.pads_input) == (2, block_size, True)
         for (name, ids, mask), eager in zip(batches, expected):
             traced = model(input_ids=ids, attention_mask=mask).last_hidden_state
             is_real = mask.bool()
@@ -134,7 +139,7 @@ def test_host_input_checks():
     ],
 )
 def test_host_input_checks_refuse_what_a_program_would_misread(input_ids, other, message):
-    """A program returns empty outputs for L = 0, wraps negative ids and truncates float ids: the host refuses them."""
+    """A program fails on or misreads what the host refuses: L = 0, negative ids, float ids."""
     with pytest.raises(ValueError, match=message):
         blockbert_export.check_inputs(tiny_config(), input_ids, **other)
 
@@ -156,8 +161,26 @@ def check_exported_program(config_name, model_class, lengths=None):
 
 
 def test_exported_program_matches_eager_at_every_length():
-    """One program with dynamic batch and length: 1, b, b + 1 and N, with and without padding (n = 2, b = 32)."""
-    check_exported_program("n2", BlockBertForQuestionAnswering, lengths=[1, 32, 33, 64])
+    """Dynamic batch and length: every length from 1 to N, with and without padding (n = 2, b = 32)."""
+    check_exported_program("n2", BlockBertForQuestionAnswering, lengths=range(1, 65))
+
+
+@pytest.mark.parametrize(
+    ("config_name", "ranges"),
+    [("n2", [(1, 32), (33, 64)]), ("n3", [(1, 22), (23, 64)]), ("n1", [(1, 64)]), ("sparse_fixed", [(1, 64)])],
+)
+def test_one_program_per_side_of_the_block_size(config_name, ranges):
+    """A blockwise model has one layout up to b tokens (one unpadded block) and one above (ceil(L / b) blocks): a
+    program for each, each declaring its range of lengths; other patterns have one."""
+    config = tiny_config(**CONFIGS[config_name])
+    assert blockbert_export.length_ranges(config) == ranges
+    exported = blockbert_export.export_program(make_model(BlockBertModel, config))
+    assert list(exported.programs) == ranges
+    for lengths, program in exported.programs.items():
+        declared = {(int(bounds.lower), int(bounds.upper)) for bounds in program.range_constraints.values()}
+        assert lengths in declared
+    with pytest.raises(ValueError, match="L = 65 tokens"):
+        exported.module()(*random_batch([65], 65))
 
 
 @pytest.fixture(scope="module")
@@ -187,6 +210,26 @@ def question_context_types(attention_mask, question_tokens=5):
     return token_type_ids * attention_mask
 
 
+def test_exported_attention_follows_the_input_length():
+    """Attention in an exported program costs what it costs eagerly: up to b tokens, one block of `L x L` scores;
+    above, `b x b` scores for each of the `ceil(L / b)` blocks (never the `n` blocks of `N`)."""
+    model = make_model(BlockBertModel, tiny_config(**CONFIGS["n3"]), "sdpa")  # b = 22, N = 64
+    for (_, longest), program in blockbert_export.export_program(model).programs.items():
+        nodes = list(program.graph.nodes)
+        batch, length = next(node.meta["val"].shape for node in nodes if node.name == "input_ids")
+        queries = [
+            node.meta["val"].shape
+            for node in nodes
+            if node.target == torch.ops.aten.scaled_dot_product_attention.default
+        ]
+        assert queries
+        for rows, _, query_len, _ in queries:
+            if longest <= 22:
+                assert (rows, query_len) == (batch, length)
+            else:
+                assert query_len == 22 and str(rows) == str(batch * ((length + 21) // 22))
+
+
 def test_exported_program_takes_token_types():
     """A model with two token types is exported with `token_type_ids` as a third input, and answers like eager."""
     model = bert_style_model(BlockBertForQuestionAnswering)
@@ -206,11 +249,10 @@ def test_exported_program_takes_token_types():
 
 def test_models_with_one_token_type_keep_two_inputs():
     assert blockbert_export.input_names(tiny_config()) == ("input_ids", "attention_mask")
-    program = blockbert_export.export_program(make_model(BlockBertModel, tiny_config()))
-    assert [spec.arg.name for spec in program.graph_signature.input_specs if spec.kind.name == "USER_INPUT"] == [
-        "input_ids",
-        "attention_mask",
-    ]
+    exported = blockbert_export.export_program(make_model(BlockBertModel, tiny_config()))
+    for program in exported.programs.values():
+        inputs = [spec.arg.name for spec in program.graph_signature.input_specs if spec.kind.name == "USER_INPUT"]
+        assert inputs == ["input_ids", "attention_mask"]
 
 
 def test_multiple_choice_is_refused_before_any_work():
@@ -285,6 +327,29 @@ def test_quantize_writes_an_int8_model_with_its_measured_difference(exported_qa_
     assert int8.stat().st_size < fp32.stat().st_size
 
 
+def test_the_onnx_file_joins_the_programs_by_length_and_stores_the_weights_once(exported_qa_model, saved_qa_model):
+    """model.onnx and model_int8.onnx each hold the program up to b (32) and the one above behind an `If` on the
+    length; the weights are stored once, and the int8 file quantizes the matrix products of both."""
+    import onnx
+    from onnx import numpy_helper
+
+    from blockbert_hf.onnx_length_switch import split_by_length
+
+    out = exported_qa_model[2]
+    for file_name in (blockbert_export.ONNX_FILE, blockbert_export.INT8_ONNX_FILE):
+        short, long, short_max_length = split_by_length(onnx.load(out / file_name))
+        assert short_max_length == 32
+        if file_name == blockbert_export.INT8_ONNX_FILE:
+            assert all("MatMulInteger" in {node.op_type for node in graph.graph.node} for graph in (short, long))
+    joined = onnx.load(out / blockbert_export.ONNX_FILE)
+    (switch,) = [node for node in joined.graph.node if node.op_type == "If"]
+    graphs = [joined.graph] + [attribute.g for attribute in switch.attribute]
+    stored = sum(numpy_helper.to_array(value).nbytes for graph in graphs for value in graph.initializer)
+    model = BlockBertForQuestionAnswering.from_pretrained(saved_qa_model)
+    weight_bytes = sum(parameter.numel() * parameter.element_size() for parameter in model.parameters())
+    assert 0.9 * weight_bytes < stored < 1.1 * weight_bytes
+
+
 @pytest.mark.parametrize("file_name", ["model.onnx", "model_int8.onnx"])
 def test_the_question_answering_pipeline_runs_on_an_exported_folder(
     exported_qa_model, saved_qa_model, tokenizer, file_name
@@ -319,7 +384,7 @@ def test_the_onnx_question_answering_model_refuses_what_it_cannot_run(exported_q
 def test_onnx_runtime_matches_eager_at_every_length(exported_qa_model, saved_qa_model):
     out = exported_qa_model[2]
     model = BlockBertForQuestionAnswering.from_pretrained(saved_qa_model).eval()
-    differences = max_differences(onnx_runner(out, model.config), model, [1, 32, 33, 64])
+    differences = max_differences(onnx_runner(out, model.config), model, range(1, 65))
     assert max(differences.values()) < 1e-4, differences
 
 
@@ -534,15 +599,16 @@ ALL_HEADS = EXPORTED_CLASSES + [
 
 
 @pytest.mark.parametrize("model_class", ALL_HEADS)
-def test_compiles_to_one_graph_for_every_length(model_class):
-    """fullgraph=True fails on any graph break; one compiled frame serves lengths below, at and above b."""
+def test_compiles_to_one_graph_per_side_of_the_block_size(model_class):
+    """fullgraph=True fails on any graph break; one compiled graph serves every length up to b, one every length
+    above (b = 32 here), as `length_ranges` says."""
     from torch._dynamo.testing import CompileCounter
 
     torch._dynamo.reset()
     model = make_model(model_class, tiny_config())
     counter = CompileCounter()
     compiled = torch.compile(model, fullgraph=True, dynamic=True, backend=counter)
-    for length in (5, 33, 64):
+    for length in (5, 32, 33, 64, 20, 47):
         input_ids, attention_mask = random_batch([length, (length + 1) // 2], length)
         if model_class is BlockBertForMultipleChoice:
             input_ids, attention_mask = input_ids[None], attention_mask[None]
@@ -552,4 +618,4 @@ def test_compiles_to_one_graph_for_every_length(model_class):
         torch.testing.assert_close(
             at_real_tokens(actual[0], attention_mask), at_real_tokens(expected[0], attention_mask), atol=1e-5, rtol=1e-5
         )
-    assert counter.frame_count == 1
+    assert counter.frame_count == len(blockbert_export.length_ranges(model.config)) == 2

@@ -39,6 +39,7 @@ WHEEL_MODULES = {
         "saving",
         "extras",
         "export",
+        "onnx_length_switch",
         "model_card",
         "training",
         "conversion/__init__",

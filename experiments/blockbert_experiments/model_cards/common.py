@@ -102,8 +102,8 @@ def _limitations(
         "the folder carries (windows of N tokens overlapping by `doc_stride`), or convert with a longer "
         "`--max_seq_length`.",
         "`output_attentions=True` needs the eager kernel, and there is no FlashAttention kernel. `torch.export` and "
-        "ONNX (`examples/export_onnx.py`) give one program for every length up to N; `torch.jit.trace` gives one "
-        "for the traced length only.",
+        "ONNX (`examples/export_onnx.py`) serve every length up to N (blockwise: two programs, split at the block "
+        "size, in one ONNX file); `torch.jit.trace` serves the traced length only.",
     ]
     return items
 
