@@ -116,6 +116,7 @@ class HeadGroup:
 
     heads: slice
     # Boolean, True where the query may attend the key; broadcasts to (batch * blocks, 1, queries, keys); None: all.
+    # Additive (0 or the dtype's lowest value) in traced sdpa programs (`build_attention_layout`).
     mask: torch.Tensor | None
     # Boolean (batch * blocks, queries or 1): True where a query has no admissible key. Such queries attend their whole
     # block inside the kernel (so no backend ever sees a fully masked row and produces NaN) and then get zero output.
@@ -212,11 +213,17 @@ def _as_flex_block_mask(mask: torch.Tensor | None, rows: int, block_len: int, de
 
 
 def build_attention_layout(
-    config: BlockBertConfig, key_is_real: torch.Tensor | None, batch_size: int, seq_len: int, device
+    config: BlockBertConfig,
+    key_is_real: torch.Tensor | None,
+    batch_size: int,
+    seq_len: int,
+    device,
+    dtype: torch.dtype = torch.float32,
 ) -> AttentionLayout:
     """Precomputes the per-forward blocks and masks shared by all layers.
 
-    `key_is_real` is the boolean `(batch, seq_len)` attention mask, or None when every position is a real token.
+    `key_is_real` is the boolean `(batch, seq_len)` attention mask, or None when every position is a real token;
+    `dtype` is the hidden states' (that of additive masks).
     """
     if config.attention_pattern != "blockwise":
         allowed = torch.ones(batch_size, 1, seq_len, dtype=torch.bool, device=device)
@@ -234,6 +241,13 @@ def build_attention_layout(
         rows = batch_size * layout.blocks_per_sequence
         for group in layout.groups:
             group.flex_mask = _as_flex_block_mask(group.mask, rows, layout.block_len, device)
+    elif config._attn_implementation == "sdpa" and _is_traced():
+        # ONNX lowers a boolean sdpa mask to a `Where` over all scores and a NaN check of all probabilities (a third of
+        # a program's time); an additive mask is one `Add`. No row is fully masked, so both are exact.
+        for group in layout.groups:
+            if group.mask is not None:
+                lowest = torch.finfo(dtype).min
+                group.mask = torch.zeros(group.mask.shape, dtype=dtype, device=device).masked_fill(~group.mask, lowest)
     return layout
 
 
@@ -529,12 +543,6 @@ def kernel_attention_on_blocks(
     for group in layout.groups:
         group_query, group_key, group_value = _blocks_of_group(query, key, value, group)
         mask = group.mask
-        if implementation == "sdpa" and mask is not None and _is_traced():
-            # ONNX lowers a boolean sdpa mask to a `Where` over all scores and a NaN check of all probabilities (a
-            # third of a program's time); an additive mask is one `Add`. No row is fully masked, so both are exact.
-            mask = torch.zeros(mask.shape, dtype=query.dtype, device=mask.device).masked_fill(
-                ~mask, torch.finfo(query.dtype).min
-            )
         if implementation == "flex_attention":
             mask, padding = group.flex_mask, _flex_padded_length(layout.block_len) - layout.block_len
             if padding:
@@ -1045,7 +1053,9 @@ class BlockBertModel(BlockBertPreTrainedModel):
         embedding_output = self.embeddings(
             input_ids=input_ids, position_ids=position_ids, token_type_ids=token_type_ids, inputs_embeds=inputs_embeds
         )
-        layout = build_attention_layout(self.config, key_is_real, *input_shape, device=embedding_output.device)
+        layout = build_attention_layout(
+            self.config, key_is_real, *input_shape, device=embedding_output.device, dtype=embedding_output.dtype
+        )
         layout.return_weights = bool(kwargs.get("output_attentions", self.config.output_attentions))
         if self._computes_padding_free(key_is_real, layout):
             layout = padding_free_layout(layout, key_is_real)

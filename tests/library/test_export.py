@@ -329,7 +329,8 @@ def test_quantize_writes_an_int8_model_with_its_measured_difference(exported_qa_
 
 def test_the_onnx_file_joins_the_programs_by_length_and_stores_the_weights_once(exported_qa_model, saved_qa_model):
     """model.onnx and model_int8.onnx each hold the program up to b (32) and the one above behind an `If` on the
-    length; the weights are stored once, and the int8 file quantizes the matrix products of both."""
+    length; the weights are stored once, attention takes an additive mask (a boolean one adds a NaN check over all
+    probabilities), and the int8 file quantizes the matrix products of both."""
     import onnx
     from onnx import numpy_helper
 
@@ -339,8 +340,10 @@ def test_the_onnx_file_joins_the_programs_by_length_and_stores_the_weights_once(
     for file_name in (blockbert_export.ONNX_FILE, blockbert_export.INT8_ONNX_FILE):
         short, long, short_max_length = split_by_length(onnx.load(out / file_name))
         assert short_max_length == 32
+        operators = [{node.op_type for node in graph.graph.node} for graph in (short, long)]
+        assert not any("IsNaN" in ops for ops in operators)  # sdpa took an additive mask, not a boolean one
         if file_name == blockbert_export.INT8_ONNX_FILE:
-            assert all("MatMulInteger" in {node.op_type for node in graph.graph.node} for graph in (short, long))
+            assert all("MatMulInteger" in ops for ops in operators)
     joined = onnx.load(out / blockbert_export.ONNX_FILE)
     (switch,) = [node for node in joined.graph.node if node.op_type == "If"]
     graphs = [joined.graph] + [attribute.g for attribute in switch.attribute]
