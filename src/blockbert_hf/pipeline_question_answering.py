@@ -42,7 +42,7 @@ import bisect
 import math
 import numbers
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import regex
@@ -79,12 +79,16 @@ class WindowLogits:
     `offsets[i]` is the `(start, end)` character span of token `i` in the context, or None when token `i` is not a
     context token (question, special token, padding). Logits may be longer than `offsets` (batch padding); the extra
     positions are ignored. `null_index` is the token whose start/end logits score "no answer" (the CLS token).
+    `block_null_indices`, in the question-prefixed layout, is the null token of each block in order (each block's
+    CLS, the first being `null_index`): a span is then scored against the null token of the block it starts in
+    (`rank_answers`). None: `null_index` for every token.
     """
 
     start_logits: np.ndarray
     end_logits: np.ndarray
     offsets: Sequence[tuple[int, int] | None]
     null_index: int = 0
+    block_null_indices: Sequence[int] | None = None
 
 
 @dataclass
@@ -212,8 +216,21 @@ def model_window_layout(config) -> tuple[str, int | None]:
     return resolve_window_layout(config)
 
 
-def _null_score(window: WindowLogits) -> float:
-    return float(window.start_logits[window.null_index]) + float(window.end_logits[window.null_index])
+def _null_score(window: WindowLogits, null_index: int | None = None) -> float:
+    null_index = window.null_index if null_index is None else null_index
+    return float(window.start_logits[null_index]) + float(window.end_logits[null_index])
+
+
+def _relative_to_null(window: WindowLogits) -> WindowLogits:
+    """`window` with each token's start logit minus the null score of its block (`block_null_indices`, else the
+    window's `null_index`), so that a span's `start + end` is its score relative to the null token of the block it
+    starts in."""
+    start_logits = np.asarray(window.start_logits, dtype=np.float64)
+    nulls = window.block_null_indices or [window.null_index]
+    offset = np.full(len(start_logits), _null_score(window, nulls[0]))
+    for null_index in nulls[1:]:  # a block runs from its null token to the next block's
+        offset[null_index:] = _null_score(window, null_index)
+    return replace(window, start_logits=start_logits - offset, block_null_indices=None)
 
 
 def rank_answers(
@@ -233,15 +250,18 @@ def rank_answers(
       token), as in the BERT baseline for Natural Questions (Alberti et al., 2019). A model trained with windows
       that do not hold the answer labelled null learns to put a high null score on them, so a span from such a
       window ranks low even where its raw logits are high; raw logits alone are not calibrated across windows.
+      In the question-prefixed layout (`block_null_indices`), the null score is that of the block the span starts
+      in: there every block begins with its own CLS token, which the heads of shift 0 let read that block only, so
+      the first block's CLS scores the first block, and each block's CLS its own.
     - `"raw"`: the raw `start + end` logits (BERT's SQuAD code), fine when the context fits in one window.
     A span seen in several overlapping windows keeps its best score. Spans are widened to whole grapheme clusters and
     whitespace-only ones are skipped (`whole_character_spans`), so an answer never splits what a reader sees as one
     character.
     With `handle_impossible_answer` (SQuAD 2.0), the null answer competes with the spans, minus
     `null_score_diff_threshold` (it wins only when it beats the best span by more than the threshold). Its score is
-    0 under `"null_relative"` (the null answer wins when, in every window, the null token beats that window's best
-    span by more than the threshold), and the lowest null score over the windows under `"raw"` (BERT's SQuAD 2.0
-    rule).
+    0 under `"null_relative"` (the null answer wins when, in every window or block, the null token beats the best
+    span scored against it by more than the threshold), and the lowest null score over the windows under `"raw"`
+    (BERT's SQuAD 2.0 rule).
     `score` is the softmax of these scores over the returned n-best list (so the scores sum to 1).
     """
     if not windows:
@@ -252,10 +272,10 @@ def rank_answers(
     best_by_span: dict[tuple[int, int], float] = {}
     answer_span = whole_character_spans(context)
     for window in windows:
-        offset = _null_score(window) if relative else 0.0
-        for score, char_start, char_end in best_window_spans(window, max_answer_len, n_best, answer_span):
-            if score - offset > best_by_span.get((char_start, char_end), -np.inf):
-                best_by_span[(char_start, char_end)] = score - offset
+        scored = _relative_to_null(window) if relative else window
+        for score, char_start, char_end in best_window_spans(scored, max_answer_len, n_best, answer_span):
+            if score > best_by_span.get((char_start, char_end), -np.inf):
+                best_by_span[(char_start, char_end)] = score
     candidates = sorted(((score, start, end) for (start, end), score in best_by_span.items()), reverse=True)
     entries = [(score, start, end, context[start:end]) for score, start, end in candidates[:n_best]]
     if handle_impossible_answer:
@@ -468,7 +488,8 @@ def tokenize_windows(
     - `sample_index`: which pair the window comes from (its position in `questions`);
     - `offsets`: the `(start, end)` character span of each token in its context, None for other tokens;
     - `null_index`: the token whose logits score "no answer" (the CLS token, else the first; in the prefixed layout
-      the first block's).
+      the first block's);
+    - `block_null_indices`: each block's null token, in order (one, `null_index`, in the `"question_first"` layout).
     Questions lose their leading spaces (they only waste window room). Raises `check_questions_fit`'s error for a
     question that is too long (named by `question_ids` when given) and a `ValueError` for an unknown layout or a
     missing or bad `block_size`.
@@ -498,7 +519,7 @@ def _block_windows(tokenizer, questions, contexts, max_seq_len, doc_stride, bloc
         "offset_mapping": [distinct_offsets[position[context]] for context in contexts],
     }
     names = [name for name in tokenizer.model_input_names if name in ("input_ids", "token_type_ids", "attention_mask")]
-    windows = {name: [] for name in [*names, "sample_index", "offsets", "null_index"]}
+    windows = {name: [] for name in [*names, "sample_index", "offsets", "null_index", "block_null_indices"]}
     cls_id = tokenizer.cls_token_id
     for sample, (question, context_ids, context_offsets) in enumerate(
         zip(question_tokens, context_tokens["input_ids"], context_tokens["offset_mapping"])
@@ -507,11 +528,12 @@ def _block_windows(tokenizer, questions, contexts, max_seq_len, doc_stride, bloc
         window_start = 0
         while True:
             window_end = min(window_start + sum(rooms), len(context_ids))
-            input_ids, token_type_ids, offsets = [], [], []
+            input_ids, token_type_ids, offsets, block_nulls = [], [], [], []
             chunk_start = window_start
             for room in rooms:
                 chunk_end = min(chunk_start + room, window_end)
                 block_ids, block_types, sequence_ids = template.build(question, context_ids[chunk_start:chunk_end])
+                block_nulls.append(len(input_ids) + (block_ids.index(cls_id) if cls_id in block_ids else 0))
                 input_ids.extend(block_ids)
                 token_type_ids.extend(block_types)
                 # The context is one run of the template (pair_template checks it): None before and after it.
@@ -527,7 +549,8 @@ def _block_windows(tokenizer, questions, contexts, max_seq_len, doc_stride, bloc
                 windows[name].append(inputs[name])
             windows["sample_index"].append(sample)
             windows["offsets"].append(offsets)
-            windows["null_index"].append(input_ids.index(cls_id) if cls_id is not None and cls_id in input_ids else 0)
+            windows["null_index"].append(block_nulls[0])
+            windows["block_null_indices"].append(block_nulls)
             if window_end >= len(context_ids):
                 break
             window_start = window_end - doc_stride
@@ -572,6 +595,7 @@ class _Window:
     context: str
     offsets: list[tuple[int, int] | None]
     null_index: int
+    block_null_indices: list[int]
 
 
 class ExtractiveQuestionAnsweringPipeline(ChunkPipeline):
@@ -723,7 +747,10 @@ class ExtractiveQuestionAnsweringPipeline(ChunkPipeline):
         for index in range(num_windows):
             window = {name: torch.tensor([windows[name][index]]) for name in model_input_names}
             window["window"] = _Window(
-                context=context, offsets=windows["offsets"][index], null_index=windows["null_index"][index]
+                context=context,
+                offsets=windows["offsets"][index],
+                null_index=windows["null_index"][index],
+                block_null_indices=windows["block_null_indices"][index],
             )
             window["is_last"] = index == num_windows - 1
             yield window
@@ -762,6 +789,7 @@ class ExtractiveQuestionAnsweringPipeline(ChunkPipeline):
                 end_logits=output["end_logits"][0].numpy(),
                 offsets=output["window"].offsets,
                 null_index=output["window"].null_index,
+                block_null_indices=output["window"].block_null_indices,
             )
             for output in model_outputs
         ]

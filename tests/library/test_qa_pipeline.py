@@ -294,6 +294,33 @@ def test_the_raw_rule_answers_from_a_window_without_the_answer_and_the_null_rela
         rank_answers(windows, CONTEXT, window_scoring="best")
 
 
+# A window of the question-prefixed layout in two blocks: CLS "alpha beta" SEP CLS "gamma delta epsilon" SEP.
+BLOCK_OFFSETS = [None, (0, 5), (6, 10), None, None, (11, 16), (17, 22), (23, 30), None]
+
+
+def test_null_relative_scores_a_span_against_the_null_token_of_its_own_block():
+    """In the question-prefixed layout each block has its own CLS. The first block's null score says nothing about a
+    span of the second block: there, a span is scored against its own block's null token, and a block whose CLS says
+    "no answer here" does not answer however high its raw logits."""
+    start, end = np.full(9, -5.0), np.full(9, -5.0)
+    start[0] = end[0] = 2.5  # first block: no answer here (null 5), "beta" 4
+    start[2] = end[2] = 2.0
+    start[4] = end[4] = 4.5  # second block: no answer here (null 9), "delta" 8
+    start[6] = end[6] = 4.0
+    blocks = WindowLogits(start, end, BLOCK_OFFSETS, null_index=0, block_null_indices=[0, 4])
+    answer_window = window_logits({3: 1.0}, {3: 1.0})  # "gamma" 2 over null 0: the answer, in another window
+    # Against the first block's null alone, "delta" (8 - 5 = 3) beats "gamma" (2).
+    first_null_only = WindowLogits(start, end, BLOCK_OFFSETS, null_index=0)
+    assert rank_answers([first_null_only, answer_window], CONTEXT).answers[0]["answer"] == "delta"
+    ranked = rank_answers([blocks, answer_window], CONTEXT)
+    assert ranked.answers[0]["answer"] == "gamma"
+    scores = {answer["answer"]: answer["score"] for answer in ranked.answers}
+    assert scores["delta"] == pytest.approx(scores["gamma"] * np.exp(-1 - 2))  # 8 - 9 = -1 against 2
+    assert scores["beta"] == pytest.approx(scores["gamma"] * np.exp(-1 - 2))  # 4 - 5 = -1 against 2
+    # The raw rule does not look at null tokens at all.
+    assert rank_answers([blocks, answer_window], CONTEXT, window_scoring="raw").answers[0]["answer"] == "delta"
+
+
 def test_the_null_answer_under_each_window_scoring_rule():
     """Raw: the lowest null score over the windows against the best span. Null-relative: 0 against each span's margin
     over its own window's null score, so the null answer wins when every window prefers it."""

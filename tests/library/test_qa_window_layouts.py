@@ -94,6 +94,7 @@ def test_every_block_is_the_tokenizers_pair_input_around_the_question(any_tokeni
         offsets = windows["offsets"][index]
         types = windows.get("token_type_ids", [None] * len(windows["input_ids"]))[index]
         blocks = range(0, len(input_ids), b)
+        assert windows["block_null_indices"][index] == list(blocks)  # each block's own CLS scores "no answer" there
         for start in blocks:
             block, block_offsets = input_ids[start : start + b], offsets[start : start + b]
             if start != blocks[-1]:
@@ -152,6 +153,7 @@ def test_the_question_first_layout_is_the_tokenizers_overflow(any_tokenizer):
         assert windows["offsets"] == [
             context_offsets(offsets, encoded.sequence_ids(i)) for i, offsets in enumerate(encoded["offset_mapping"])
         ]
+        assert windows["block_null_indices"] == [[null_index] for null_index in windows["null_index"]]
 
 
 def test_questions_too_long_for_a_block_and_bad_layouts_get_clear_errors(tokenizer):

@@ -13,7 +13,7 @@ from ..pipeline_question_answering import DEFAULT_WINDOW_LAYOUT, check_questions
 
 
 # Columns of the evaluation features that post-processing reads and the model does not take.
-EVAL_METADATA_COLUMNS = ("example_id", "null_index", "offset_mapping")
+EVAL_METADATA_COLUMNS = ("example_id", "null_index", "block_null_indices", "offset_mapping")
 
 
 def check_question_lengths(
@@ -140,9 +140,9 @@ def prepare_eval_features(
     layout: str = DEFAULT_WINDOW_LAYOUT,
     block_size: int | None = None,
 ) -> dict:
-    """Windows with their `example_id`, `null_index` and `offset_mapping` (None for tokens outside the context), and
-    the training labels of every window (`start_positions`/`end_positions`), for the evaluation loss. `layout` and
-    `block_size`: the window layout (`tokenize_windows`)."""
+    """Windows with their `example_id`, `null_index`, `block_null_indices` and `offset_mapping` (None for tokens
+    outside the context), and the training labels of every window (`start_positions`/`end_positions`), for the
+    evaluation loss. `layout` and `block_size`: the window layout (`tokenize_windows`)."""
     windows = _example_windows(examples, tokenizer, max_seq_length, doc_stride, layout, block_size)
     features = {name: windows[name] for name in tokenizer.model_input_names if name in windows}
     features["start_positions"], features["end_positions"] = [], []
@@ -152,5 +152,6 @@ def prepare_eval_features(
         features["end_positions"].append(end)
     features["example_id"] = [examples["id"][sample] for sample in windows["sample_index"]]
     features["null_index"] = windows["null_index"]
+    features["block_null_indices"] = windows["block_null_indices"]
     features["offset_mapping"] = windows["offsets"]
     return features

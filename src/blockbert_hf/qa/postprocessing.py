@@ -36,10 +36,14 @@ def postprocess_qa_predictions(
     if len(start_logits) != len(features) or len(end_logits) != len(features):
         raise ValueError(f"Got logits for {len(start_logits)} windows but {len(features)} features.")
     windows_by_example = collections.defaultdict(list)
-    for example_id, null_index, offsets, start, end in zip(
-        features["example_id"], features["null_index"], features["offset_mapping"], start_logits, end_logits
+    columns = features.column_names if isinstance(features, datasets.Dataset) else list(features)
+    # Features made before blocks had their own null token: the window's null token scores every span.
+    block_nulls = features["block_null_indices"] if "block_null_indices" in columns else None
+    for index, (example_id, null_index, offsets, start, end) in enumerate(
+        zip(features["example_id"], features["null_index"], features["offset_mapping"], start_logits, end_logits)
     ):
-        windows_by_example[example_id].append(WindowLogits(start, end, offsets, null_index))
+        nulls = block_nulls[index] if block_nulls is not None else None
+        windows_by_example[example_id].append(WindowLogits(start, end, offsets, null_index, nulls))
     predictions, nbest = [], {}
     for example_id, context in zip(examples["id"], examples["context"]):
         ranked = rank_answers(
