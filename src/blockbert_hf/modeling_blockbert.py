@@ -244,9 +244,9 @@ def build_attention_layout(
     elif config._attn_implementation == "sdpa" and _is_traced():
         # ONNX lowers a boolean sdpa mask to a `Where` over all scores and a NaN check of all probabilities (a third of
         # a program's time); an additive mask is one `Add`. No row is fully masked, so both are exact.
+        lowest = torch.finfo(dtype).min
         for group in layout.groups:
             if group.mask is not None:
-                lowest = torch.finfo(dtype).min
                 group.mask = torch.zeros(group.mask.shape, dtype=dtype, device=device).masked_fill(~group.mask, lowest)
     return layout
 

@@ -189,6 +189,7 @@ def test_evaluation_windows_are_the_pipelines_windows(tokenizer):
             assert window["input_ids"][0].tolist() == features["input_ids"][index]
             assert window["window"].offsets == features["offset_mapping"][index]
             assert window["window"].null_index == features["null_index"][index]
+            assert window["window"].block_null_indices == features["block_null_indices"][index]
 
 
 def test_training_features_import_the_window_logic_from_the_pipeline_file():
@@ -221,3 +222,24 @@ def test_evaluation_predictions_are_whole_characters_and_never_whitespace():
             examples, features, [logits] * 2, [logits] * 2, version_2=False, max_answer_length=1
         )
         assert predictions == [{"id": "q1", "prediction_text": wanted}]
+
+
+def test_evaluation_scores_a_span_against_the_null_token_of_its_own_block():
+    """Evaluation reads each window's `block_null_indices` as the pipeline does: the second block's span ("delta")
+    loses to its own block's high null score, so the answer of the other window ("gamma") wins. Features without the
+    column (made before blocks had their own null token) score every span against the window's first one."""
+    context = "alpha beta gamma delta epsilon"
+    examples = datasets.Dataset.from_dict({"id": ["q1"], "context": [context]})
+    blocks = [None, (0, 5), (6, 10), None, None, (11, 16), (17, 22), (23, 30), None]  # CLS a b SEP CLS c d e SEP
+    single = [None, (0, 5), (6, 10), (11, 16), (17, 22), (23, 30), None, None, None]  # CLS a b c d e SEP + padding
+    columns = {"example_id": ["q1"] * 2, "null_index": [0, 0], "offset_mapping": [blocks, single]}
+    start, end = np.full(9, -5.0), np.full(9, -5.0)
+    start[[0, 2, 4, 6]] = end[[0, 2, 4, 6]] = [2.5, 2.0, 4.5, 4.0]  # nulls 5 and 9; "beta" 4, "delta" 8
+    other_start, other_end = np.full(9, -5.0), np.full(9, -5.0)
+    other_start[[0, 3]] = other_end[[0, 3]] = [0.0, 1.0]  # null 0; "gamma" 2
+    logits = ([start, other_start], [end, other_end])
+    with_blocks = datasets.Dataset.from_dict({**columns, "block_null_indices": [[0, 4], [0]]})
+    predictions, _ = postprocess_qa_predictions(examples, with_blocks, *logits, version_2=False)
+    assert predictions == [{"id": "q1", "prediction_text": "gamma"}]
+    predictions, _ = postprocess_qa_predictions(examples, datasets.Dataset.from_dict(columns), *logits, version_2=False)
+    assert predictions == [{"id": "q1", "prediction_text": "delta"}]  # 8 - 5 = 3 against the first block's null

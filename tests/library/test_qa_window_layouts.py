@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pytest
 from conftest import REPO_ROOT, SAMPLE_TEXT, planted_qa_model, tiny_config
-from transformers import AutoConfig, BertTokenizer, RobertaConfig
+from transformers import AutoConfig, AutoModelForQuestionAnswering, BertTokenizer, RobertaConfig
 
 from blockbert_hf import BlockBertForQuestionAnswering, pipeline_question_answering
 from blockbert_hf.export import VERIFICATION_QUESTION, VERIFICATION_TEXT, verification_batches
@@ -297,6 +297,12 @@ def test_run_qa_trains_and_evaluates_on_prefixed_windows_and_saves_the_layout(tm
     assert summary["eval_features"] == len(windows["input_ids"])  # the evaluation's windows are prefixed
     predictions = json.loads((tmp_path / "run" / "eval_predictions.json").read_text())
     assert all(predictions[row["id"]] in row["context"] for row in examples)
+    # The evaluation answers as the saved model's pipeline does, on the same prefixed windows.
+    model = AutoModelForQuestionAnswering.from_pretrained(tmp_path / "run" / "model").eval()
+    qa = ExtractiveQuestionAnsweringPipeline(model=model, tokenizer=tokenizer)
+    pairs = [{"question": row["question"], "context": row["context"]} for row in examples]
+    answers = qa(pairs, doc_stride=16, max_answer_len=30)
+    assert [answer["answer"] for answer in answers] == [predictions[row["id"]] for row in examples]
     # An unknown layout stops the run before any work.
     monkeypatch.setattr(finetuning, "_load_model_and_tokenizer", lambda config: pytest.fail("work started"))
     run_config.output_dir, run_config.window_layout = str(tmp_path / "bad"), "blocks"
