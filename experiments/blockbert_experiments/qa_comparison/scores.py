@@ -172,6 +172,28 @@ def equal_window_pairs(results: Mapping[str, dict], already: Sequence[tuple[str,
     return [pair for pair in pairs if pair not in set(already)]
 
 
+def sliding_window_pairs(results: Mapping[str, dict], already: Sequence[tuple[str, str]] = ()) -> list[tuple[str, str]]:
+    """Each cell above N = 512 paired with the full-attention N = 512 cell of its training set and seed: reading N
+    tokens at once against sliding windows of 512 over the same documents, trained on the same data (the long-document
+    arm's comparison). Pairs in `already` (reported elsewhere) are left out."""
+
+    def data(name: str) -> tuple:
+        cell = results[name]["cell"]
+        return cell["train_set"], cell["seed"]
+
+    windows_512 = {
+        data(name): name
+        for name in results
+        if results[name]["cell"]["attention_pattern"] == "full" and results[name]["cell"]["max_seq_length"] == 512
+    }
+    pairs = [
+        (name, windows_512[data(name)])
+        for name in results
+        if results[name]["cell"]["max_seq_length"] > 512 and data(name) in windows_512
+    ]
+    return [pair for pair in pairs if pair not in set(already)]
+
+
 def _mean_f1_points(results: Mapping[str, dict], name: str, test_set: str) -> float:
     return 100 * float(np.mean(results[name]["scores"][test_set]["f1"]))
 
