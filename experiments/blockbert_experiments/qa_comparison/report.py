@@ -252,8 +252,8 @@ cell's N and attention pattern (`full` and `sparse_fixed` are patterns of the sa
 [attention](../attention.md)), then fine-tuned and evaluated with `examples/run_qa.py` on the long-context sets of
 [the long-context QA data](../qa_long_context_data.md): training on the first half of SQuAD v1.1 dev (contexts
 filled to 512 tokens for the comparison at N = 512, whole articles for the long-document arm), testing on the second
-half (disjoint articles). The encoder was trained with full attention, which
-favours the full-attention rows: a blockwise model must learn to use its shifted heads during fine-tuning.
+half (disjoint articles). The encoder was trained with full attention, which favours the full-attention rows: a
+blockwise model must learn to use its shifted heads during fine-tuning.
 
 Everything here is written by `python experiments/qa_comparison.py report` from the cells that have finished (it is
 re-run after every cell); `results.json` holds all numbers, `<cell>/results.json` and `<cell>/scores.json` each
