@@ -39,9 +39,10 @@ it imports only numpy, torch, transformers and `regex` (a dependency of transfor
 """
 
 import bisect
+import functools
 import math
 import numbers
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -129,10 +130,9 @@ def best_window_spans(
     for extra in range(span_lengths):
         scores[extra, : length - extra] = start[: length - extra] + end[extra:]
     flat = scores.ravel()
-    valid = np.flatnonzero(np.isfinite(flat))
     spans, seen = [], set()
     # Best first, until n_best spans are kept (some are skipped: empty, whitespace-only, or seen already).
-    for flat_index in valid[np.argsort(-flat[valid], kind="stable")]:
+    for flat_index in _best_first(flat, candidates=4 * n_best):
         extra, first = divmod(int(flat_index), length)
         span = (window.offsets[context[first]][0], window.offsets[context[first + extra]][1])
         if answer_span is not None and span[1] > span[0]:
@@ -146,10 +146,31 @@ def best_window_spans(
     return spans
 
 
+def _best_first(scores: np.ndarray, candidates: int) -> Iterator[int]:
+    """The indices of the finite `scores`, best first and ties in index order: what a stable sort of all of them
+    gives, but only the best `candidates` (and every score tied with the last of them) are sorted unless the caller
+    reads past them; a window holds thousands of spans and the caller usually stops after `n_best`."""
+    valid = np.flatnonzero(np.isfinite(scores))
+    if len(valid) > candidates:
+        threshold = np.partition(scores[valid], len(valid) - candidates)[len(valid) - candidates]
+        above = scores[valid] >= threshold
+        for part in (valid[above], valid[~above]):  # every score of the first part beats every one of the second
+            yield from part[np.argsort(-scores[part], kind="stable")]
+    else:
+        yield from valid[np.argsort(-scores[valid], kind="stable")]
+
+
+@functools.lru_cache(maxsize=8)
+def _grapheme_boundaries(context: str) -> list[int]:
+    """Where the grapheme clusters of `context` start, and its length; cached since the questions of one document
+    share its context."""
+    return [match.start() for match in regex.finditer(r"\X", context)] + [len(context)]
+
+
 def whole_character_spans(context: str) -> Callable[[int, int], tuple[int, int] | None]:
     """`answer_span` for `best_window_spans`: widens `(char_start, char_end)` to whole grapheme clusters of `context`
     (a token may end before a combining accent or inside an emoji sequence), and skips whitespace-only spans."""
-    boundaries = [match.start() for match in regex.finditer(r"\X", context)] + [len(context)]
+    boundaries = _grapheme_boundaries(context)
 
     def answer_span(char_start: int, char_end: int) -> tuple[int, int] | None:
         char_start = boundaries[max(bisect.bisect_right(boundaries, char_start) - 1, 0)]

@@ -26,6 +26,7 @@ from blockbert_hf import BlockBertForQuestionAnswering, pipeline_question_answer
 from blockbert_hf.pipeline_question_answering import (
     ExtractiveQuestionAnsweringPipeline,
     WindowLogits,
+    _best_first,
     model_window_scoring,
     rank_answers,
 )
@@ -527,3 +528,15 @@ def test_the_pipeline_file_imports_only_what_transformers_needs_and_the_standard
     assert imported - sys.stdlib_module_names == {"numpy", "regex", "torch", "transformers"}
     requirements = importlib.metadata.requires("transformers")
     assert {"numpy", "regex"} <= {re.split(r"[ <>=!~;\[]", line)[0] for line in requirements if "extra ==" not in line}
+
+
+@pytest.mark.parametrize("candidates", [1, 7, 60, 1000])
+def test_spans_are_ranked_exactly_as_a_full_stable_sort_ranks_them(candidates):
+    """The ranking sorts only the best spans unless more are read; read to the end, it is the full stable sort:
+    best first, ties in index order (ties at the cut included), impossible spans (-inf) left out."""
+    rng = np.random.default_rng(candidates)
+    for _ in range(20):
+        scores = rng.integers(-3, 4, size=300).astype(np.float64)  # many ties
+        scores[rng.random(300) < 0.2] = -np.inf
+        valid = np.flatnonzero(np.isfinite(scores))
+        assert list(_best_first(scores, candidates)) == list(valid[np.argsort(-scores[valid], kind="stable")])
