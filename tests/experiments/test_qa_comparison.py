@@ -15,7 +15,7 @@ import pytest
 from conftest import REPO_ROOT
 from transformers import RobertaConfig, RobertaModel
 
-from blockbert_benchmarks.measuring.machine import machine_description
+from blockbert_benchmarks.measuring.machine import machine_description, machine_hardware
 from blockbert_experiments.long_context import LongContextConfig, build_long_context_sets
 from blockbert_experiments.qa_comparison import (
     GRID,
@@ -41,7 +41,7 @@ from blockbert_experiments.qa_comparison.grid import (
     grid_cells,
 )
 from blockbert_experiments.qa_comparison.layout import cell_sets, training_file
-from blockbert_experiments.qa_comparison.plan import estimated_train_minutes, hardware
+from blockbert_experiments.qa_comparison.plan import estimated_train_minutes
 from blockbert_experiments.qa_comparison.recipe_report import (
     apply_recipe_choice,
     epochs_choice,
@@ -807,7 +807,7 @@ def test_training_estimate_uses_only_times_measured_on_this_hardware(tmp_path):
         (folder / "results.json").write_text(json.dumps(results))
         estimates[label] = estimated_train_minutes(config, seed0, manifest)
     assert estimates == {"elsewhere": from_window_costs, "here": 10.0} and from_window_costs != 10.0
-    assert hardware(elsewhere) == (here.split(" (", 1)[0], "GPU NVIDIA H200") != hardware(here)
+    assert machine_hardware(elsewhere) == (here.split(" (", 1)[0], "GPU NVIDIA H200") != machine_hardware(here)
 
 
 def test_report_compares_the_long_arm_with_sliding_windows_of_512_trained_on_the_same_data(tmp_path):

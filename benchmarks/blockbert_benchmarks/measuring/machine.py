@@ -5,6 +5,7 @@
 import importlib.metadata
 import os
 import platform
+import re
 import shlex
 import site
 import sysconfig
@@ -37,6 +38,13 @@ def machine_description() -> str:
         f"{cpu} ({os.cpu_count()} logical CPUs visible, torch uses {torch.get_num_threads()} threads){memory}{gpu}; "
         f"Python {platform.python_version()}, torch {torch.__version__}, transformers {transformers.__version__}"
     )
+
+
+def machine_hardware(description: str) -> tuple[str, str]:
+    """The processor and the GPU (or "no GPU") of a `machine_description()` line, without the thread count or the
+    library versions: what a run's time depends on."""
+    gpu = re.search(r", (GPU [^;]*|no GPU);", description)
+    return description.split(" (", 1)[0], gpu.group(1) if gpu else "no GPU"
 
 
 def _inside(path: Path, folder: str | os.PathLike) -> str | None:

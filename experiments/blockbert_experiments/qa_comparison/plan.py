@@ -2,12 +2,11 @@
 the test sets without results), with time estimates from measured per-window costs, and the dry-run table."""
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from blockbert_benchmarks.measuring.machine import machine_description
+from blockbert_benchmarks.measuring.machine import machine_description, machine_hardware
 from blockbert_hf.training import list_checkpoints
 
 from .grid import PARAGRAPHS, Cell, ComparisonConfig, batch_sizes, cell_recipe, grid_cells, select_cells
@@ -56,17 +55,10 @@ def estimated_steps(config: ComparisonConfig, cell: Cell, manifest: Mapping) -> 
     return max(1, math.ceil(recipe.num_train_epochs * windows / config.effective_batch_size))
 
 
-def hardware(machine: str) -> tuple[str, str]:
-    """The processor and the GPU (or "no GPU") of a `machine_description()` line, without the thread count or the
-    library versions: what a training time depends on."""
-    gpu = re.search(r", (GPU [^;]*|no GPU);", machine)
-    return machine.split(" (", 1)[0], gpu.group(1) if gpu else "no GPU"
-
-
 def _measured_train_minutes(config: ComparisonConfig, cell: Cell) -> float | None:
     """The mean train time of finished cells with the same N and training set that trained on this machine's hardware
     (a time measured on a GPU says nothing of a CPU's), from their results files."""
-    here = hardware(machine_description())
+    here = machine_hardware(machine_description())
     minutes = []
     for other in grid_cells(config):
         same_work = (other.max_seq_length, other.training_set, cell_recipe(config, other)) == (
@@ -78,7 +70,7 @@ def _measured_train_minutes(config: ComparisonConfig, cell: Cell) -> float | Non
             continue
         results = read_json(CellLayout(config, other).results / "results.json")
         machines = (results or {}).get("train", {}).get("machines") or []
-        same_hardware = bool(machines) and all(hardware(machine) == here for machine in machines)
+        same_hardware = bool(machines) and all(machine_hardware(machine) == here for machine in machines)
         if results and results["train"].get("finished") and same_hardware:
             minutes.append(results["train"]["seconds"] / 60)
     return sum(minutes) / len(minutes) if minutes else None

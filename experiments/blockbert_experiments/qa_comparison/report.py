@@ -6,12 +6,12 @@ import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from blockbert_benchmarks.measuring.machine import machine_hardware
 from blockbert_hf.saving import write_file_atomically, write_json_atomically
 
 from ..minilm import MINILM_DEFINITION, MINILM_INSTALL, MINILM_VARIABLE
 from .grid import GRID, Cell, ComparisonConfig, batch_sizes
 from .layout import DATA_DIR_VARIABLE, SQUAD_DEV, WORK_DIR_VARIABLE, missing_keys, read_json
-from .plan import hardware
 from .scores import (
     compare_cells,
     equal_window_pairs,
@@ -189,7 +189,7 @@ def cost_table(results: Mapping[str, dict], sets: Sequence[str]) -> str:
         if train["finished"] and train.get("resumed_attempts"):
             # a killed attempt's time is not known, so a resumed training's time leaves out the steps it resumed from
             hours = f"{hours} + the steps before {train['resumed_attempts']} resume(s)"
-        machines = sorted({" ".join(hardware(machine)) for machine in train.get("machines") or []})
+        machines = sorted({", ".join(machine_hardware(machine)) for machine in train.get("machines") or []})
         rows.append([f"`{name}`", "; ".join(machines) or "not recorded", hours, *cells])
     return _table(["cell", "machine", "train time", *sets], rows)
 

@@ -36,12 +36,11 @@ def postprocess_qa_predictions(
     if len(start_logits) != len(features) or len(end_logits) != len(features):
         raise ValueError(f"Got logits for {len(start_logits)} windows but {len(features)} features.")
     windows_by_example = collections.defaultdict(list)
-    columns = features.column_names if isinstance(features, datasets.Dataset) else list(features)
-    needed = [name for name in ("example_id", "null_index", "offset_mapping", "block_null_indices") if name in columns]
     if isinstance(features, datasets.Dataset):  # one conversion to Python, not one per row
-        features = features.select_columns(needed).to_dict()
+        read = ("example_id", "null_index", "offset_mapping", "block_null_indices")
+        features = features.select_columns([name for name in read if name in features.column_names]).to_dict()
     # Features made before blocks had their own null token: the window's null token scores every span.
-    block_nulls = features["block_null_indices"] if "block_null_indices" in columns else None
+    block_nulls = features.get("block_null_indices")
     for index, (example_id, null_index, offsets, start, end) in enumerate(
         zip(features["example_id"], features["null_index"], features["offset_mapping"], start_logits, end_logits)
     ):
