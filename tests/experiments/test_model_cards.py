@@ -612,3 +612,51 @@ def test_the_command_line_refuses_an_output_dir_that_is_a_file_or_cannot_be_writ
     assert cli.main([*args[:-1], "elsewhere"]) == 1
     error = capsys.readouterr().err
     assert "could not write the card" in error and "Permission denied" in error and "Traceback" not in error
+
+
+def test_a_long_arm_card_names_its_machine_its_data_and_its_difference_to_sliding_windows(measured):
+    """A cell trained on whole-article windows on a GPU: the card says where its times come from, what it trained on,
+    how it did against sliding windows of 512 and over whole articles, and (block-relative positions) that no
+    position row was left to fine-tuning alone."""
+    _, results_file = measured
+    tiny_config(
+        heads_per_shift="3:1",
+        architectures=["BlockBertForQuestionAnswering"],
+        block_relative_positions=True,
+        max_position_embeddings=34,  # blocks of 32 (RoBERTa positions start at 2): N = 64
+    ).save_pretrained("model")
+    results = json.loads(results_file.read_text())
+    results["cell"] |= {"train_set": "train_article", "negative_window_rate": 0.08}
+    results["source_model"]["sequence_length"] = 32
+    gpu_machine = "Intel(R) Xeon(R) Processor (16 logical CPUs visible, torch uses 16 threads), GPU NVIDIA H200; Python"
+    results["train"]["machines"] = [gpu_machine]
+    results_file.write_text(json.dumps(results))
+    sliding_512 = "n512_full_article_seed0"  # the report pairs cells above N = 512 with full attention at 512
+    full = {"attention_pattern": "full", "heads_per_shift": None, "seed": 0, "train_set": "train_article"}
+    interval = {"sweep_512": {"f1": _difference(-4.4, -7.4, -0.9, True), "exact_match": _difference(-4, -7, -1, True)}}
+    whole = {
+        "by_window_scoring": {
+            "null_relative": {"f1": 51.25, "paragraph_f1": 63.9, "ratio": 0.802},
+            "raw": {"f1": 46.77, "paragraph_f1": 63.9, "ratio": 0.732},
+        },
+        "null_relative_minus_raw": _difference(4.5, 2.2, 6.5, True),
+    }
+    report = {
+        "baseline": "n32_full_seed0",
+        "cells": {
+            sliding_512: {"cell": {**full, "name": sliding_512, "max_seq_length": 512}},
+            CELL: {"cell": {**results["cell"], "heads_per_shift": [3, 1], "max_seq_length": 1024}},
+        },
+        "differences_to_sliding_windows": {CELL: interval},
+        "whole_articles": {CELL: whole},
+    }
+    (results_file.parent.parent / "results.json").write_text(json.dumps(report))
+    text = results_card("model", results_file, "tiny").text
+    assert "per question on Intel(R) Xeon(R) Processor, GPU NVIDIA H200;" in text and "a CPU with" not in text
+    assert "| machine | Intel(R) Xeon(R) Processor, GPU NVIDIA H200 |" in text
+    assert "each question with its whole article as context" in text and "windows without it at rate 0.08" in text
+    assert f"Difference to sliding windows of 512 (`{sliding_512}`: full attention at N = 512" in text
+    assert "| `sweep_512` | **-4.4 [-7.4, -0.9]** |" in text
+    assert "(`null_relative` minus `raw`: **+4.5 [+2.2, +6.5]** F1)" in text
+    assert "| `null_relative` | 51.2 | 63.9 | 0.80 |" in text
+    assert "position rows" not in text and "| positions | block-relative (restart at every block) |" in text

@@ -828,3 +828,41 @@ def test_report_compares_the_long_arm_with_sliding_windows_of_512_trained_on_the
     assert list(sliding) == [cell.name for cell in long_cells]
     assert [sliding[cell.name]["sweep_512"]["f1"]["difference"] for cell in long_cells] == pytest.approx([10, -10])
     assert "## The long-document arm: differences to sliding windows of 512" in (folder / "README.md").read_text()
+
+
+def test_report_sets_whole_articles_against_the_same_questions_own_paragraphs_under_both_scoring_rules(tmp_path):
+    """The ratio divides by the paragraph F1 of the article set's questions only (found by id, in their own order),
+    and the rules' difference pairs each question's two scores."""
+    folder = tmp_path / "results"
+    cell = CELLS["n512_full_article_seed0"]
+    _write_cell(folder, cell, [0.5] * 4)
+    paragraph = {"null_relative": {"em": [0] * 6, "f1": [1.0, 0.2, 0.8, 0.4, 0.6, 0.0]}}
+    paragraph["raw"] = paragraph["null_relative"]
+    article = {"null_relative": {"em": [1, 0, 0, 1], "f1": [0.6, 0.4, 0.3, 0.5]}}
+    article["raw"] = {"em": [0, 0, 0, 1], "f1": [0.2, 0.4, 0.3, 0.5]}
+    scores = json.loads((folder / cell.name / "scores.json").read_text())
+    for name, by_rule in (("paragraph", paragraph), ("article", article)):
+        scores[name] = {"ids_sha256": name, **by_rule["null_relative"], "by_window_scoring": by_rule}
+    (folder / cell.name / "scores.json").write_text(json.dumps(scores))
+    results = json.loads((folder / cell.name / "results.json").read_text())
+    results["sets"]["article"] = {**results["sets"]["sweep_512"], "f1": 45.0}
+    results["sets"]["article"]["by_window_scoring"] = {
+        "null_relative": {"exact_match": 50.0, "f1": 45.0},
+        "raw": {"exact_match": 25.0, "f1": 35.0},
+    }
+    (folder / cell.name / "results.json").write_text(json.dumps(results))
+    questions = {
+        "sweep_512": {"article": [0, 0, 1, 1], "ids": [], "titles": []},
+        "paragraph": {"ids": ["a", "b", "c", "d", "e", "f"], "article": [0, 0, 1, 1, 2, 2], "titles": []},
+        "article": {"ids": ["e", "a", "c", "f"], "article": [0, 1, 1, 0], "titles": []},
+    }
+    (folder / "questions.json").write_text(json.dumps(questions))
+    report = write_report(ComparisonConfig(results_dir=str(folder), bootstrap_samples=300))
+    measured = report["whole_articles"][cell.name]
+    own = 100 * np.mean([0.6, 1.0, 0.8, 0.0])  # e, a, c, f
+    assert measured["by_window_scoring"]["null_relative"]["paragraph_f1"] == pytest.approx(own)
+    assert measured["by_window_scoring"]["null_relative"]["ratio"] == pytest.approx(45 / own)
+    assert measured["by_window_scoring"]["raw"]["ratio"] == pytest.approx(35 / own)
+    assert measured["null_relative_minus_raw"]["difference"] == pytest.approx(10)
+    assert measured["null_relative_minus_raw"]["articles"] == 2
+    assert "## Whole articles against the questions' own paragraphs" in (folder / "README.md").read_text()

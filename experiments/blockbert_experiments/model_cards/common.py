@@ -210,6 +210,11 @@ def _model_rows(config: BlockBertConfig, base_model: str) -> list[list[str]]:
             ["heads per shift", f"{_heads_text(config.heads_per_shift)}"],
         ]
     rows.append(["position embeddings", config.position_embedding_style])
+    if getattr(config, "block_relative_positions", False):
+        rows.append(["positions", "block-relative (restart at every block)"])
+    layout = (getattr(config, "question_answering", None) or {}).get("window_layout")
+    if layout:
+        rows.append(["QA window layout", f"`{layout}`"])
     return rows
 
 

@@ -13,12 +13,12 @@ from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard
 
-from blockbert_benchmarks.measuring.machine import recorded_path
+from blockbert_benchmarks.measuring.machine import machine_hardware, recorded_path
 from blockbert_hf.configuration_blockbert import BlockBertConfig
 
 from ..minilm import MINILM_DEFINITION, MINILM_VARIABLE
 from ..qa_comparison.layout import DATA_DIR_VARIABLE, WORK_DIR_VARIABLE, missing_keys
-from ..qa_comparison.scores import configuration_key, equal_window_pairs
+from ..qa_comparison.scores import configuration_key, equal_window_pairs, sliding_window_pairs
 from .common import (
     CITATION,
     REPOSITORY,
@@ -121,6 +121,11 @@ def _set_description(name: str, measured: Mapping) -> str:
         return "the answer paragraph as it is"
     if name == "article":
         return "the whole article"
+    if measured.get("target_tokens") and name.startswith("window_"):
+        return (
+            f"the answer paragraph, filled so that question and context fit one window of "
+            f"{measured['target_tokens']:,} tokens"
+        )
     if measured.get("target_tokens"):
         return f"the answer paragraph filled with neighbouring paragraphs to {measured['target_tokens']:,} tokens"
     return name
@@ -154,16 +159,40 @@ def _commands_by_step(commands: Sequence[str]) -> tuple[list[str], list[str], di
     return convert, train, evaluate
 
 
+def _machine(results: Mapping) -> str:
+    """The hardware the cell trained (and was evaluated) on, from its recorded machines; else the CPU threads."""
+    machines = results["train"].get("machines") or []
+    if machines:
+        return "; ".join(dict.fromkeys(", ".join(part for part in machine_hardware(m) if part) for m in machines))
+    return f"a CPU with {results['recipe']['threads']} thread(s)"
+
+
+def _epochs(results: Mapping) -> str:
+    epochs = results["recipe"]["num_train_epochs"]
+    return f"{epochs:g} epoch" + ("" if epochs == 1 else "s")
+
+
+def _training_data(cell: Mapping) -> str:
+    training_set = cell.get("train_set") or f"train_{cell['max_seq_length']}"
+    first_half = "the first half of SQuAD v1.1 dev (article-disjoint from every test set)"
+    if training_set == "paragraphs":
+        return f"{first_half} with each question's paragraph as it is"
+    if training_set == "train_article":
+        rate = cell.get("negative_window_rate")
+        negatives = f" at rate {rate:g}" if rate is not None else ""
+        return (
+            f"{first_half}, each question with its whole article as context: every window of N tokens that holds the "
+            f"answer, and windows without it{negatives}, labelled null (`{training_set}`)"
+        )
+    return (
+        f"{first_half}, each context filled with neighbouring paragraphs of its article to "
+        f"{cell['max_seq_length']:,} tokens (`{training_set}`)"
+    )
+
+
 def _training_text(results: Mapping, results_path: str) -> str:
     cell, recipe, train = results["cell"], results["recipe"], results["train"]
-    training_set = cell.get("train_set") or f"train_{cell['max_seq_length']}"
-    data = (
-        "the first half of SQuAD v1.1 dev (article-disjoint from every test set) with each question's paragraph as "
-        "it is"
-        if training_set == "paragraphs"
-        else f"the first half of SQuAD v1.1 dev (article-disjoint from every test set), each context filled with "
-        f"neighbouring paragraphs of its article to {cell['max_seq_length']:,} tokens (`{training_set}`)"
-    )
+    data = _training_data(cell)
     rows = [
         ["training data", data],
         ["epochs", f"{recipe['num_train_epochs']:g}"],
@@ -179,7 +208,7 @@ def _training_text(results: Mapping, results_path: str) -> str:
         ["windows", f"N tokens, doc_stride {recipe['doc_stride']}"],
         ["attention dropout", recipe.get("attention_probs_dropout_prob", "-")],
         ["seed", cell["seed"]],
-        ["CPU threads", recipe["threads"]],
+        ["machine", _machine(results)],
         [
             "train time",
             f"{train['seconds'] / 60:.1f} min in {train['attempts']} attempt(s)"
@@ -213,8 +242,7 @@ def _results_text(results: Mapping, results_path: str, evaluations: Mapping[str,
         f"Measured by `experiments/qa_comparison.py` (cell `{results['cell']['name']}`: {results['label']}); the "
         f"values are copied from `{results_path}`. Test questions come from the second half of SQuAD v1.1 dev, whose "
         "articles the model never saw in training; `sweep_<T>` sets hold the same questions at every T. Eval time is "
-        f"the forward pass per question on a CPU with {results['recipe']['threads']} thread(s); memory is the "
-        "evaluating process's peak RSS.\n\n"
+        f"the forward pass per question on {_machine(results)}; memory is the evaluating process's peak RSS.\n\n"
         + _table(["test set", "context", "questions", "EM", "F1", "eval s / question", "peak memory (GB)"], rows)
     )
     not_measured = [name for name in evaluations if name not in results["sets"]]
@@ -257,6 +285,17 @@ def _comparison_text(report_path: Path, cell: str) -> str:
                 cell,
             )
         )
+    # Above N = 512: full attention over sliding windows of 512, trained on the same data with the same seed.
+    sliding = dict(sliding_window_pairs(report.get("cells", {}))).get(cell)
+    if sliding:
+        tables.append(
+            (
+                f"Difference to sliding windows of 512 (`{sliding}`: full attention at N = 512, trained on the same "
+                "data with the same seed)",
+                report.get("differences_to_sliding_windows", {}),
+                cell,
+            )
+        )
     # The same configuration at other seeds: how far the comparison moves when only the fine-tuning seed changes.
     for other in _same_configuration(report.get("cells", {}), cell):
         seed = report["cells"][other]["cell"]["seed"]
@@ -277,6 +316,17 @@ def _comparison_text(report_path: Path, cell: str) -> str:
             for test_set, entry in compared[name].items()
         ]
         text += f"\n{title}:\n\n" + _table(["test set", "F1", "EM", "articles"], rows)
+    whole = report.get("whole_articles", {}).get(cell)
+    if whole:
+        rows = [
+            [f"`{rule}`", f"{value['f1']:.1f}", f"{value['paragraph_f1']:.1f}", f"{value['ratio']:.2f}"]
+            for rule, value in whole["by_window_scoring"].items()
+        ]
+        text += (
+            "\nWhole articles against the same questions' own paragraphs, by window scoring rule (`null_relative` "
+            f"minus `raw`: {_interval(whole['null_relative_minus_raw'])} F1):\n\n"
+            + _table(["window scoring", "whole-article F1", "own-paragraph F1", "ratio"], rows)
+        )
     if not text:
         return baseline_note
     return baseline_note + (
@@ -321,12 +371,12 @@ def _commands_text(results: Mapping) -> str:
 def _untrained_positions(results: Mapping, config: BlockBertConfig) -> list[str]:
     """Position rows past the starting weights' sequence length, which only fine-tuning trained."""
     trained = results.get("source_model", {}).get("sequence_length")
-    if trained is None or config.max_sequence_length <= trained:
-        return []
+    if trained is None or config.max_sequence_length <= trained or getattr(config, "block_relative_positions", False):
+        return []  # block-relative positions restart at every block: a block reads the source's own rows
     return [
         f"The starting weights were trained on at most {trained:,} positions: the converter filled position rows "
         f"{trained + 1:,} to {config.max_sequence_length:,} by repeating the trained rows, and the "
-        f"{results['recipe']['num_train_epochs']:g} epoch of fine-tuning is all the training they had."
+        f"{_epochs(results)} of fine-tuning are all the training they had."
     ]
 
 
@@ -364,12 +414,12 @@ def results_card(
     limitations = [
         *_config_limitations(config),
         *_untrained_positions(results, config),
-        f"Small and specialised: {config.num_hidden_layers} layers, fine-tuned for "
-        f"{results['recipe']['num_train_epochs']:g} epoch on about half of SQuAD v1.1 dev (English Wikipedia, every "
-        "question answerable). It is a research artefact of a comparison of attention patterns, not a production "
-        "QA model.",
-        "Timings and memory were measured on a shared CPU machine; they compare the models of the same comparison, "
-        "not machines.",
+        f"Small and specialised: {config.num_hidden_layers} layers, fine-tuned for {_epochs(results)} on about half "
+        "of SQuAD v1.1 dev (English Wikipedia, every question answerable). It is a research artefact of a comparison "
+        "of attention patterns, not a production QA model.",
+        f"Timings and memory were measured on {_machine(results)}, which other cells of the comparison may have "
+        "shared: they are upper bounds, not a comparison of models or machines "
+        "(`benchmarks/long_document_cost.py` measures what reading long contexts costs).",
     ]
     body = f"""
 {_generated_note(f"from {recorded}")}

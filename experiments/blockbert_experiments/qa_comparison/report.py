@@ -19,6 +19,7 @@ from .scores import (
     seed_averaged_verdicts,
     seed_pairs,
     sliding_window_pairs,
+    whole_article_scores,
 )
 
 
@@ -144,6 +145,30 @@ def intervals_table(compared: Mapping[str, dict], sets: Sequence[str], metric: s
             cells.append(f"**{text}**" if value["excludes_zero"] else text)
         rows.append([f"`{name}`", *cells])
     return _table(["cell", *sets], rows)
+
+
+def whole_article_table(measured: Mapping[str, dict]) -> str:
+    """Per cell and window scoring rule: whole-article EM / F1, the paragraph F1 of the same questions, their ratio,
+    and (on the null-relative row) its difference to the raw rule with the interval."""
+    rows = []
+    for name, entry in measured.items():
+        for rule, value in entry["by_window_scoring"].items():
+            difference = "-"
+            if rule == "null_relative":
+                interval = entry["null_relative_minus_raw"]
+                difference = f"{interval['difference']:+.1f} [{interval['low']:+.1f}, {interval['high']:+.1f}]"
+            rows.append(
+                [
+                    f"`{name}`",
+                    f"`{rule}`",
+                    f"{value['exact_match']:.1f} / {value['f1']:.1f}",
+                    f"{value['paragraph_f1']:.1f}",
+                    f"{value['ratio']:.2f}",
+                    difference,
+                ]
+            )
+    header = ["cell", "window scoring", "whole articles EM / F1", "own paragraphs F1", "ratio", "difference to raw"]
+    return _table(header, rows)
 
 
 def verdicts_table(verdicts: Mapping[str, dict], sets: Sequence[str]) -> str:
@@ -319,6 +344,7 @@ def write_report(config: ComparisonConfig, grid: Sequence[Cell] = GRID) -> dict:
     same_window = compare_cells(config, results, questions, equal_window_pairs(results, pairs + same_seed_cells))
     sliding = compare_cells(config, results, questions, sliding_window_pairs(results, pairs))
     verdicts = seed_averaged_verdicts(config, results, questions, baseline)
+    whole_articles = whole_article_scores(config, results, questions)
     finished = [name for name, entry in results.items() if entry["finished"]]
     pending = [cell.name for cell in grid if cell.name not in finished]
     plotted = plot_sweep(results, folder / "f1_vs_context_length.png")
@@ -383,6 +409,16 @@ def write_report(config: ComparisonConfig, grid: Sequence[Cell] = GRID) -> dict:
             "above N = 512 against full attention at N = 512 trained on the same data with the same seed, which reads "
             "a long context in overlapping windows of 512 tokens.\n\n" + intervals_table(sliding, sets)
         )
+    if whole_articles:
+        parts.append(
+            "## Whole articles against the questions' own paragraphs\n\nThe questions of `article` (each with its "
+            "whole article as context, read in windows of the cell's N) against the same questions with their own "
+            "paragraph as context (from `paragraph`), under both window scoring rules, which score the same logits: "
+            "`raw` takes the span with the highest start + end logit of all windows, `null_relative` the span that "
+            "most exceeds the null score of its own window (block). Ratio: whole-article F1 over paragraph F1; "
+            "difference to raw: F1 points with the paired article-bootstrap interval (95%).\n\n"
+            + whole_article_table(whole_articles)
+        )
     if verdicts:
         parts.append(
             f"## Verdicts: differences to `{baseline}`'s configuration averaged over seeds (F1 points)\n\nPer "
@@ -429,6 +465,7 @@ def write_report(config: ComparisonConfig, grid: Sequence[Cell] = GRID) -> dict:
         "differences_at_the_same_seed": same_seed,
         "differences_at_the_same_window": same_window,
         "differences_to_sliding_windows": sliding,
+        "whole_articles": whole_articles,
         "seed_spread": seeds,
         "seed_averaged_verdicts": verdicts,
     }

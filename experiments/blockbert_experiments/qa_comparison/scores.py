@@ -258,3 +258,43 @@ def seed_averaged_verdicts(
                 "verdict": verdict,
             }
     return verdicts
+
+
+WHOLE_ARTICLES, OWN_PARAGRAPHS = "article", "paragraph"  # a long document as context, and the question's own paragraph
+
+
+def whole_article_scores(config: ComparisonConfig, results: Mapping[str, dict], questions: Mapping[str, dict]) -> dict:
+    """For each cell that scored whole articles and paragraphs (each scored whole-article question among its scored
+    paragraph questions): under each window scoring rule, the whole-article F1, the paragraph F1 of the same questions
+    and their ratio (what is lost by reading the whole article instead of the right paragraph), and the difference
+    between the rules over whole articles with its paired article-bootstrap interval (the same logits, scored twice).
+    A cell scores the first questions of a set where its evaluation was capped (`--max_eval_samples`)."""
+    if WHOLE_ARTICLES not in questions or OWN_PARAGRAPHS not in questions:
+        return {}
+    measured = {}
+    for name, entry in results.items():
+        article, paragraph = (
+            entry["scores"].get(key, {}).get("by_window_scoring") for key in (WHOLE_ARTICLES, OWN_PARAGRAPHS)
+        )
+        if not article or not paragraph:
+            continue
+        scored = len(article["raw"]["f1"])
+        position = {question: index for index, question in enumerate(questions[OWN_PARAGRAPHS]["ids"])}
+        same_questions = [position.get(question) for question in questions[WHOLE_ARTICLES]["ids"][:scored]]
+        if len(same_questions) < scored or None in same_questions or max(same_questions) >= len(paragraph["raw"]["f1"]):
+            continue
+        by_rule = {}
+        for rule in article:
+            whole = entry["sets"][WHOLE_ARTICLES]["by_window_scoring"][rule]  # as the results table shows it
+            own = 100 * float(np.mean(np.asarray(paragraph[rule]["f1"], dtype=float)[same_questions]))
+            by_rule[rule] = {**whole, "paragraph_f1": own, "ratio": whole["f1"] / own}
+        difference = paired_article_bootstrap(
+            100 * np.asarray(article["null_relative"]["f1"], dtype=float),
+            100 * np.asarray(article["raw"]["f1"], dtype=float),
+            questions[WHOLE_ARTICLES]["article"][:scored],
+            samples=config.bootstrap_samples,
+            seed=config.bootstrap_seed,
+        )
+        difference["excludes_zero"] = _excludes_zero(difference)
+        measured[name] = {"by_window_scoring": by_rule, "null_relative_minus_raw": difference}
+    return measured
