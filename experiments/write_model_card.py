@@ -12,7 +12,8 @@ The model `make demo` fine-tuned: its folder and the demo's results file.
         --demo_results outputs/demo/results.json
 
 Recipe cards ("no weights published") of the paper's configurations (blockbert-base-n2, blockbert-base-n2-1024,
-blockbert-base-n3, or all):
+blockbert-base-n3, or all), with what this repository's QA comparison (docs/qa_comparison/results.json) measured for
+the nearest configuration without continued pre-training:
 
     python experiments/write_model_card.py --recipes all
 
@@ -35,6 +36,7 @@ from transformers import HfArgumentParser  # noqa: E402
 from blockbert_experiments.model_cards import (  # noqa: E402
     PAPER_CONFIGURATIONS,
     demo_card,
+    read_comparison_report,
     recipe_card,
     results_card,
     write_card,
@@ -100,7 +102,8 @@ def main(argv=None) -> int:
         unknown = [name for name in names if name not in PAPER_CONFIGURATIONS]
         if unknown:
             parser.error(f"Unknown recipe(s) {unknown}: choose among {', '.join(PAPER_CONFIGURATIONS)}, or all.")
-        cards = [(name, recipe_card(PAPER_CONFIGURATIONS[name])) for name in names]
+        report = read_comparison_report(Path(__file__).resolve().parents[1])  # this repository's QA comparison
+        cards = [(name, recipe_card(PAPER_CONFIGURATIONS[name], report)) for name in names]
     else:
         if args.results_file and args.demo_results:
             parser.error("Pass --results_file (a QA comparison cell) or --demo_results (make demo), not both.")

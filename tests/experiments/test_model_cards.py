@@ -16,6 +16,7 @@ from blockbert_experiments.model_cards import (
     KNOWN_BASE_MODELS,
     PAPER_CONFIGURATIONS,
     demo_card,
+    read_comparison_report,
     recipe_card,
     results_card,
     write_card,
@@ -63,7 +64,7 @@ def test_the_paper_configurations_have_up_to_date_recipe_cards():
     assert {path.parent.name for path in CARDS} >= set(PAPER_CONFIGURATIONS)
     for name, configuration in PAPER_CONFIGURATIONS.items():
         committed = (REPO_ROOT / "model_cards" / name / "README.md").read_text(encoding="utf-8")
-        assert committed == str(recipe_card(configuration)), (
+        assert committed == str(recipe_card(configuration, read_comparison_report(REPO_ROOT))), (
             f"model_cards/{name} is stale: python experiments/write_model_card.py --recipes {name}"
         )
 
@@ -77,6 +78,31 @@ def test_recipe_cards_state_the_configuration_and_the_commands():
     assert "b = 171 tokens" in card.text and "trust_remote_code=True" in card.text
     long = recipe_card(PAPER_CONFIGURATIONS["blockbert-base-n2-1024"])
     assert "128 sequences of 1,024" in long.text and "position rows 513 to 1,024" in long.text
+
+
+def test_recipe_cards_quote_what_the_qa_comparison_measured_without_continued_pre_training():
+    """The nearest comparison cell's seed-averaged verdict at N = 512, and for a long configuration its difference to
+    sliding windows of 512; nothing without a report or a measurement."""
+    interval = {"difference": -4.4, "low": -7.4, "high": -0.9}
+    report = {
+        "cells": {
+            "n512_n2_10-2_seed0": {"label": "N=512 BlockBERT n=2 10:2, seed 0"},
+            "n1024_n2_10-2": {"label": "N=1024 BlockBERT n=2 10:2, seed 0"},
+        },
+        "seed_averaged_verdicts": {
+            "n512_n2_10-2_seed0": {"window_512": {"seeds": [0, 1], "f1": {**interval, "difference": -15.4}}},
+            "n1024_n2_10-2": {"window_512": {"seeds": [0], "f1": interval}},
+        },
+        "differences_to_sliding_windows": {"n1024_n2_10-2": {"article": {"f1": interval}}},
+    }
+    short = recipe_card(PAPER_CONFIGURATIONS["blockbert-base-n2"], report).text
+    assert "averaged over seeds 0 and 1, it scored -15.4 F1 (95% interval -7.4 to -0.9) over contexts filled" in short
+    long = recipe_card(PAPER_CONFIGURATIONS["blockbert-base-n2-1024"], report).text
+    assert "over sliding windows of 512 tokens, from the same weights and data, it scored -4.4 F1" in long
+    assert "over whole articles" in long and "averaged over" not in long
+    for missing in (None, {"cells": {}}):
+        text = recipe_card(PAPER_CONFIGURATIONS["blockbert-base-n3"], missing).text
+        assert "Measured by this project" not in text
 
 
 # ---------------------------------------------------------------------------------------------------------------------

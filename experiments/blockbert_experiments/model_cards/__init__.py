@@ -25,6 +25,7 @@ from .recipes import (
     PAPER_TOKENS_PER_BATCH,
     RECIPE_STEPS,
     PaperConfiguration,
+    read_comparison_report,
     recipe_card,
     recipe_commands,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "demo_card",
     "read_demo_results",
     "read_results",
+    "read_comparison_report",
     "recipe_card",
     "recipe_commands",
     "results_card",

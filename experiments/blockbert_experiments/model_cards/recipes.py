@@ -1,8 +1,11 @@
 """Recipe cards of the paper's configurations, for which no weights are published: how to make each with this
 repository from roberta-base, how to load it, what it is for and where it falls short."""
 
+import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from huggingface_hub import ModelCard, ModelCardData
 
@@ -17,6 +20,7 @@ class PaperConfiguration:
     max_seq_length: int
     num_blocks: int
     heads_per_shift: str
+    comparison_cell: str  # the cell of the QA comparison closest to it (all-MiniLM-L6-v2, no continued pre-training)
 
     @property
     def block_size(self) -> int:
@@ -37,11 +41,62 @@ RECIPE_STEPS = 100_000  # not the paper's: a budget to adjust
 PAPER_CONFIGURATIONS = {
     c.name: c
     for c in (
-        PaperConfiguration("blockbert-base-n2", 512, 2, "10:2"),
-        PaperConfiguration("blockbert-base-n2-1024", 1024, 2, "9:3"),
-        PaperConfiguration("blockbert-base-n3", 512, 3, "8:2:2"),
+        PaperConfiguration("blockbert-base-n2", 512, 2, "10:2", "n512_n2_10-2_seed0"),
+        PaperConfiguration("blockbert-base-n2-1024", 1024, 2, "9:3", "n1024_n2_10-2"),
+        PaperConfiguration("blockbert-base-n3", 512, 3, "8:2:2", "n512_n3_8-2-2_seed0"),
     )
 }
+
+
+# The QA comparison's report (experiments/qa_comparison.py), relative to the repository root.
+COMPARISON_REPORT = Path("docs/qa_comparison/results.json")
+
+
+def read_comparison_report(repository_root: str | Path = ".") -> dict | None:
+    """The QA comparison's report, or None where the repository has none."""
+    path = Path(repository_root) / COMPARISON_REPORT
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def _interval(value: Mapping) -> str:
+    return f"{value['difference']:+.1f} F1 (95% interval {value['low']:+.1f} to {value['high']:+.1f})"
+
+
+def measured_without_pretraining(configuration: PaperConfiguration, report: Mapping | None) -> str:
+    """What the QA comparison measured for the nearest configuration when step 2 is skipped: a small full-attention
+    encoder converted and only fine-tuned. Empty where the report has no such measurement."""
+    if not report or configuration.comparison_cell not in report.get("cells", {}):
+        return ""
+    cell = configuration.comparison_cell
+    label = report["cells"][cell]["label"]
+    verdict = report.get("seed_averaged_verdicts", {}).get(cell, {})
+    sliding = report.get("differences_to_sliding_windows", {}).get(cell, {})
+    if "article" in sliding:  # a long configuration: against what it should beat, windows of 512
+        found = (
+            f"against full attention over sliding windows of 512 tokens, from the same weights and data, it scored "
+            f"{_interval(sliding['article']['f1'])} over whole articles"
+        )
+        if "sweep_1024" in sliding:
+            found += f" and {_interval(sliding['sweep_1024']['f1'])} over contexts of 1,024 tokens"
+    elif "window_512" in verdict:
+        entry = verdict["window_512"]
+        seeds = " and ".join(str(seed) for seed in entry["seeds"])
+        found = (
+            f"against full attention from the same weights, averaged over seed{'s' if len(entry['seeds']) > 1 else ''}"
+            f" {seeds}, it scored {_interval(entry['f1'])} over contexts filled to 512 tokens"
+        )
+        if "paragraph" in verdict:
+            found += f" and {_interval(verdict['paragraph']['f1'])} over single paragraphs"
+    else:
+        return ""
+    return f"""
+## Measured by this project without step 2 (a smaller encoder)
+
+What skipping the continued pre-training costs, measured at a smaller scale: this project converted all-MiniLM-L6-v2 (6
+layers, hidden 384, pre-trained with full attention) to the nearest layout, `{cell}` ({label}), and fine-tuned it for
+question answering on half of SQuAD v1.1 dev: {found}. Details, commands and the other configurations:
+`{COMPARISON_REPORT.parent.as_posix()}/README.md`.
+"""
 
 
 def recipe_commands(configuration: PaperConfiguration) -> str:
@@ -70,9 +125,10 @@ python examples/evaluate_mlm.py {run}/final_model --validation_files corpus-held
 """
 
 
-def recipe_card(configuration: PaperConfiguration) -> ModelCard:
+def recipe_card(configuration: PaperConfiguration, comparison_report: Mapping | None = None) -> ModelCard:
     """The card of one of the paper's configurations, for which no weights are published: how to make it from
-    roberta-base with this repository, how to load it, its intended use and limitations."""
+    roberta-base with this repository, how to load it, its intended use and limitations, and (given the QA
+    comparison's report) what skipping its continued pre-training cost a smaller encoder."""
     c = configuration
     shifted = sum(c.heads[1:])
     data = ModelCardData(
@@ -151,7 +207,7 @@ Also a baseline for research on sparse attention patterns.
 {_bullets(limitations)}
 
 The attention rules behind these points: `docs/attention.md`.
-
+{measured_without_pretraining(c, comparison_report)}
 ## From the paper (not measured by this project)
 
 The paper's abstract reports that BlockBERT uses 18.7-36.1% less memory and 12.0-25.1% less time to train than RoBERTa,
