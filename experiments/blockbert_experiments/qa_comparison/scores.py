@@ -271,18 +271,18 @@ def whole_article_scores(config: ComparisonConfig, results: Mapping[str, dict], 
     A cell scores the first questions of a set where its evaluation was capped (`--max_eval_samples`)."""
     if WHOLE_ARTICLES not in questions or OWN_PARAGRAPHS not in questions:
         return {}
+    position = {question: index for index, question in enumerate(questions[OWN_PARAGRAPHS]["ids"])}
     measured = {}
     for name, entry in results.items():
         article, paragraph = (
             entry["scores"].get(key, {}).get("by_window_scoring") for key in (WHOLE_ARTICLES, OWN_PARAGRAPHS)
         )
-        if not article or not paragraph:
+        if not article or not paragraph or not article["raw"]["f1"]:
             continue
         scored = len(article["raw"]["f1"])
-        position = {question: index for index, question in enumerate(questions[OWN_PARAGRAPHS]["ids"])}
         same_questions = [position.get(question) for question in questions[WHOLE_ARTICLES]["ids"][:scored]]
         if len(same_questions) < scored or None in same_questions or max(same_questions) >= len(paragraph["raw"]["f1"]):
-            continue
+            continue  # not the same questions (or the paragraphs' evaluation was capped before them)
         by_rule = {}
         for rule in article:
             whole = entry["sets"][WHOLE_ARTICLES]["by_window_scoring"][rule]  # as the results table shows it
