@@ -47,6 +47,11 @@ def machine_hardware(description: str) -> tuple[str, str]:
     return description.split(" (", 1)[0], gpu.group(1) if gpu else "no GPU"
 
 
+def hardware_text(descriptions: Sequence[str]) -> str:
+    """The distinct hardware of some `machine_description()` lines, e.g. "AMD EPYC, no GPU"; empty for none."""
+    return "; ".join(sorted({", ".join(machine_hardware(description)) for description in descriptions}))
+
+
 def _inside(path: Path, folder: str | os.PathLike) -> str | None:
     """`path` relative to `folder` (POSIX form, "." for the folder itself), or None where it lies outside it."""
     folder = Path(folder).resolve()

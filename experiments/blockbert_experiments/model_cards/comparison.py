@@ -13,7 +13,7 @@ from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard
 
-from blockbert_benchmarks.measuring.machine import machine_hardware, recorded_path
+from blockbert_benchmarks.measuring.machine import hardware_text, recorded_path
 from blockbert_hf.configuration_blockbert import BlockBertConfig
 
 from ..minilm import MINILM_DEFINITION, MINILM_VARIABLE
@@ -161,10 +161,8 @@ def _commands_by_step(commands: Sequence[str]) -> tuple[list[str], list[str], di
 
 def _machine(results: Mapping) -> str:
     """The hardware the cell trained (and was evaluated) on, from its recorded machines; else the CPU threads."""
-    machines = results["train"].get("machines") or []
-    if machines:
-        return "; ".join(dict.fromkeys(", ".join(part for part in machine_hardware(m) if part) for m in machines))
-    return f"a CPU with {results['recipe']['threads']} thread(s)"
+    recorded = hardware_text(results["train"].get("machines") or [])
+    return recorded or f"a CPU with {results['recipe']['threads']} thread(s)"
 
 
 def _epochs(results: Mapping) -> str:

@@ -6,7 +6,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from blockbert_benchmarks.measuring.machine import machine_hardware
+from blockbert_benchmarks.measuring.machine import hardware_text
 from blockbert_hf.saving import write_file_atomically, write_json_atomically
 
 from ..minilm import MINILM_DEFINITION, MINILM_INSTALL, MINILM_VARIABLE
@@ -138,13 +138,17 @@ def intervals_table(compared: Mapping[str, dict], sets: Sequence[str], metric: s
             if s not in per_set:
                 cells.append("-")
                 continue
-            value = per_set[s][metric]
-            text = f"{value['difference']:+.1f} [{value['low']:+.1f}, {value['high']:+.1f}]"
-            if value["articles"] < 2:
-                text += " (1 article)"
-            cells.append(f"**{text}**" if value["excludes_zero"] else text)
+            cells.append(_interval_text(per_set[s][metric]))
         rows.append([f"`{name}`", *cells])
     return _table(["cell", *sets], rows)
+
+
+def _interval_text(value: Mapping) -> str:
+    """A difference with its 95% interval; bold where the interval excludes zero."""
+    text = f"{value['difference']:+.1f} [{value['low']:+.1f}, {value['high']:+.1f}]"
+    if value["articles"] < 2:
+        text += " (1 article)"
+    return f"**{text}**" if value["excludes_zero"] else text
 
 
 def whole_article_table(measured: Mapping[str, dict]) -> str:
@@ -153,10 +157,7 @@ def whole_article_table(measured: Mapping[str, dict]) -> str:
     rows = []
     for name, entry in measured.items():
         for rule, value in entry["by_window_scoring"].items():
-            difference = "-"
-            if rule == "null_relative":
-                interval = entry["null_relative_minus_raw"]
-                difference = f"{interval['difference']:+.1f} [{interval['low']:+.1f}, {interval['high']:+.1f}]"
+            difference = _interval_text(entry["null_relative_minus_raw"]) if rule == "null_relative" else "-"
             rows.append(
                 [
                     f"`{name}`",
@@ -214,8 +215,7 @@ def cost_table(results: Mapping[str, dict], sets: Sequence[str]) -> str:
         if train["finished"] and train.get("resumed_attempts"):
             # a killed attempt's time is not known, so a resumed training's time leaves out the steps it resumed from
             hours = f"{hours} + the steps before {train['resumed_attempts']} resume(s)"
-        machines = sorted({", ".join(machine_hardware(machine)) for machine in train.get("machines") or []})
-        rows.append([f"`{name}`", "; ".join(machines) or "not recorded", hours, *cells])
+        rows.append([f"`{name}`", hardware_text(train.get("machines") or []) or "not recorded", hours, *cells])
     return _table(["cell", "machine", "train time", *sets], rows)
 
 
@@ -416,7 +416,7 @@ def write_report(config: ComparisonConfig, grid: Sequence[Cell] = GRID) -> dict:
             "paragraph as context (from `paragraph`), under both window scoring rules, which score the same logits: "
             "`raw` takes the span with the highest start + end logit of all windows, `null_relative` the span that "
             "most exceeds the null score of its own window (block). Ratio: whole-article F1 over paragraph F1; "
-            "difference to raw: F1 points with the paired article-bootstrap interval (95%).\n\n"
+            "difference to raw: F1 points with the paired article-bootstrap interval (95%; bold: it excludes zero).\n\n"
             + whole_article_table(whole_articles)
         )
     if verdicts:
