@@ -1,22 +1,28 @@
 """Files: atomic writes (a folder or file appears complete under its final name or not at all) and reading text.
 
 Every folder is written through `atomic_directory`: a staging folder `.NAME.tmp-XXXX` beside the target, renamed into
-place when complete (with `update=True`, as the model's `save_pretrained` writes, its entries are moved into an
-existing folder one by one, so the folder's other files stay). With an `accelerator`, all processes write into the one
-staging folder (e.g. each its RNG state in a checkpoint) and it is renamed once every process is done.
+place when complete (with `update=True`, as the model's `save_pretrained` writes, the existing folder's other files are
+hard-linked into the staging folder first, so the switch is still one rename). A symlinked target is written through:
+the folder it points to is replaced, the link stays. With an `accelerator`, all processes write into the one staging
+folder (e.g. each its RNG state in a checkpoint) and it is renamed once every process is done.
 
 Staging and backup names carry their writer (`.NAME.tmp-PID@HOST-XXXX`, `.NAME.old-PID@HOST`): a new write to NAME
 first removes those of its own target whose writer is gone, and `remove_stale_staging` those of a whole folder.
 `check_output_keeps_inputs` refuses, before any work, an output that would replace the inputs it is made from.
 
-The model's code imports this file, so saved model folders carry it (`trust_remote_code`): it imports only the
-standard library at module level.
+What a saved model folder carries to load with `trust_remote_code=True` is named here too (`AUTO_MAP`,
+`add_remote_code_fields`): the model's code imports this file, so saved model folders carry it. It imports only the
+standard library and `huggingface_hub` (a dependency of transformers): transformers' remote-code loader refuses a
+carried file that imports a package which is not installed.
 """
 
+import copy
+import glob
 import gzip
 import hashlib
 import importlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -25,6 +31,11 @@ import tempfile
 from collections.abc import Callable, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+
+from huggingface_hub import try_to_load_from_cache
+
+
+logger = logging.getLogger(__name__)
 
 
 # `.NAME.tmp-XXXX` (a write in progress) and `.NAME.old-XXXX` (the folder it replaces, until the rename is done).
@@ -87,7 +98,8 @@ def _remove_stale_writes(target: Path) -> None:
     if not target.parent.is_dir():
         return
     prefixes = {f".{target.name}.tmp-": True, f".{target.name}.old-": False}
-    for path in target.parent.iterdir():
+    inside = list(target.iterdir()) if target.is_dir() and not target.is_symlink() else []  # an update's staging
+    for path in [*target.parent.iterdir(), *inside]:
         for prefix, is_staging in prefixes.items():
             if not path.name.startswith(prefix):
                 continue
@@ -112,12 +124,20 @@ def set_default_file_mode(path: str | os.PathLike) -> None:
     os.chmod(path, 0o666 & ~_current_umask())
 
 
-def _create_staging(target: Path) -> Path:
+def _create_staging(target: Path, inside_allowed: bool = False) -> tuple[Path, bool]:
+    """Creates the staging folder beside `target`; returns it and whether it is inside `target` instead, which only
+    an update (`inside_allowed`) of an existing folder whose parent may not be written does."""
     target.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_writes(target)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-{os.getpid()}@{_HOST}-", dir=target.parent))
+    prefix = f".{target.name}.tmp-{os.getpid()}@{_HOST}-"
+    try:
+        staging, inside = Path(tempfile.mkdtemp(prefix=prefix, dir=target.parent)), False
+    except PermissionError:
+        if not (inside_allowed and target.is_dir()):
+            raise
+        staging, inside = Path(tempfile.mkdtemp(prefix=prefix, dir=target)), True
     staging.chmod(0o777 & ~_current_umask())  # mkdtemp makes it owner-only; the result should look like any folder
-    return staging
+    return staging, inside
 
 
 def _replace_with(staging: Path, target: Path) -> None:
@@ -137,12 +157,47 @@ def _replace_with(staging: Path, target: Path) -> None:
         shutil.rmtree(backup, ignore_errors=True)
 
 
-def _move_into(staging: Path, target: Path, replaced_prefixes: tuple[str, ...]) -> None:
-    """Moves every entry of `staging` into the existing folder `target` (each rename atomic), first removing the files
-    of `target` that this write did not produce and whose names start with one of `replaced_prefixes`."""
+def _link_or_copy(source: str, destination: str) -> None:
+    try:
+        os.link(source, destination, follow_symlinks=False)
+    except OSError:  # another file system, a file system without hard links, or a file of another user
+        shutil.copy2(source, destination, follow_symlinks=False)
+
+
+def _entries_to_keep(target: Path, written: set[str], replaced: Callable[[str], bool]) -> list[Path]:
+    """The entries of `target` an update keeps: those it does not write, except the files `replaced` names, the marker
+    of an unfinished update and staging folders."""
+    return [
+        entry
+        for entry in target.iterdir()
+        if entry.name not in written
+        and entry.name != UNFINISHED_SAVE_MARKER
+        and not _STAGING_NAME.match(entry.name)
+        and not (replaced(entry.name) and entry.is_file())
+    ]
+
+
+def _update_by_swap(staging: Path, target: Path, replaced: Callable[[str], bool]) -> None:
+    """Hard-links (or copies) the entries of `target` to keep into `staging`, then swaps the folders: a kill leaves
+    either folder complete, never a mix of the two."""
+    for entry in _entries_to_keep(target, {entry.name for entry in staging.iterdir()}, replaced):
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.copytree(entry, staging / entry.name, symlinks=True, copy_function=_link_or_copy)
+        else:
+            _link_or_copy(entry, staging / entry.name)
+    shutil.copymode(target, staging)
+    _replace_with(staging, target)
+
+
+def _update_in_place(staging: Path, target: Path, replaced: Callable[[str], bool]) -> None:
+    """Moves every entry of `staging` (a folder inside `target`) into `target`, where the folder cannot be swapped
+    (its parent may not be written). The moves are not one step: `UNFINISHED_SAVE_MARKER` stays in `target` until they
+    are all done, so a folder a killed update left refuses to load (`check_save_is_complete`)."""
+    marker = target / UNFINISHED_SAVE_MARKER
+    write_file_atomically(marker, "A save into this folder did not finish: save again before loading it.\n")
     written = {entry.name for entry in staging.iterdir()}
     for entry in target.iterdir():
-        if entry.name not in written and entry.name.startswith(replaced_prefixes) and entry.is_file():
+        if entry.name not in written and replaced(entry.name) and entry.is_file():
             entry.unlink()
     for name in written:
         destination = target / name
@@ -150,23 +205,28 @@ def _move_into(staging: Path, target: Path, replaced_prefixes: tuple[str, ...]) 
             shutil.rmtree(destination)
         os.replace(staging / name, destination)
     staging.rmdir()
+    marker.unlink()
 
 
 @contextmanager
 def atomic_directory(
-    path: str | os.PathLike, accelerator=None, update: bool = False, replaced_prefixes: tuple[str, ...] = ()
+    path: str | os.PathLike, accelerator=None, update: bool = False, replaced: Callable[[str], bool] | None = None
 ):
     """Yields a temporary folder beside `path`; on success it replaces `path`, on error it is deleted and `path` is
-    left as it was (also when the final rename fails). With an `accelerator` every process gets the same staging
-    folder (created by the main process) and the rename waits until every process has left the block. What killed
-    writes to `path` left beside it is removed first.
+    left as it was (also when the final rename fails). A symlink at `path` is written through: the folder it points
+    to is replaced, the link stays. With an `accelerator` every process gets the same staging folder (created by the
+    main process) and the rename waits until every process has left the block. What killed writes to `path` left
+    beside it is removed first.
 
-    With `update=True` an existing folder at `path` is updated instead of replaced: each entry written is moved into
-    it, and its other files are kept, except those whose names start with one of `replaced_prefixes` (what an earlier
-    write of the same kind left, e.g. the weight shards of an earlier save)."""
-    target = Path(path)
+    With `update=True` an existing folder at `path` is updated instead of replaced: its other entries are kept, except
+    the files whose names `replaced` accepts (what an earlier write of the same kind left, e.g. the weight files of an
+    earlier save). They are hard-linked into the staging folder, which then replaces the folder in one step. Where the
+    folder's parent may not be written, the staging folder is made inside it and its entries are moved in one by one,
+    with a marker that makes a folder left half-updated refuse to load (`check_save_is_complete`)."""
+    target = Path(os.path.realpath(path))
+    replaced = replaced or (lambda name: False)
     is_main = accelerator is None or accelerator.is_main_process
-    staging = _create_staging(target) if is_main else None
+    staging, inside = _create_staging(target, inside_allowed=update) if is_main else (None, False)
     if accelerator is not None and accelerator.num_processes > 1:
         # Imported by name, not by an import statement: transformers' remote-code loader requires every package a
         # carried file names in one, and accelerate is optional.
@@ -184,8 +244,10 @@ def atomic_directory(
         raise
     if is_main:
         try:
-            if update and target.is_dir():
-                _move_into(staging, target, replaced_prefixes)
+            if update and inside:
+                _update_in_place(staging, target, replaced)
+            elif update and target.is_dir():
+                _update_by_swap(staging, target, replaced)
             else:
                 _replace_with(staging, target)
         except BaseException:
@@ -257,3 +319,106 @@ def sha256_of_file(path: str | os.PathLike) -> str:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# What a saved model folder carries to load with `trust_remote_code=True`
+# ---------------------------------------------------------------------------------------------------------------------
+
+# Every class a saved folder can be loaded as with `trust_remote_code=True` (written to `config.auto_map`).
+AUTO_MAP = {
+    "AutoConfig": "configuration_blockbert.BlockBertConfig",
+    "AutoModel": "modeling_blockbert.BlockBertModel",
+    "AutoModelForMaskedLM": "modeling_blockbert.BlockBertForMaskedLM",
+    "AutoModelForQuestionAnswering": "modeling_blockbert.BlockBertForQuestionAnswering",
+    "AutoModelForSequenceClassification": "modeling_blockbert.BlockBertForSequenceClassification",
+    "AutoModelForTokenClassification": "modeling_blockbert.BlockBertForTokenClassification",
+    "AutoModelForMultipleChoice": "modeling_blockbert.BlockBertForMultipleChoice",
+}
+
+
+def is_weight_file(name: str, variant: str | None = None) -> bool:
+    """Whether `name` is one of the weight files transformers writes for a save (of `variant`): `model.safetensors`,
+    its shards `model-00001-of-00003.safetensors` and their index, and the same for `pytorch_model.bin`. A new save
+    replaces an earlier one's; any other file (`model-eval.json`, `model.safetensors.bak`) is the user's."""
+    variant_part = re.escape(f".{variant}") if variant else ""
+    shard = r"(-\d{5}-of-\d{5})?"
+    weights = rf"(model{variant_part}{shard}\.safetensors|pytorch_model{variant_part}{shard}\.bin)"
+    return re.fullmatch(rf"{weights}(\.index\.json)?", name) is not None
+
+
+# Left in a folder while a save moves its files in one by one (`_update_in_place`): the folder is then incomplete.
+UNFINISHED_SAVE_MARKER = ".unfinished-save"
+
+
+def check_save_is_complete(folder: str | os.PathLike) -> None:
+    """Raises `OSError` for a local folder that a killed save left incomplete: a folder holding
+    `UNFINISHED_SAVE_MARKER`, or a missing folder whose previous version waits beside it (killed between the two
+    renames of its swap; the next write to it puts that version back)."""
+    if not isinstance(folder, (str, os.PathLike)):
+        return
+    target = Path(os.path.realpath(folder))
+    if (target / UNFINISHED_SAVE_MARKER).is_file():
+        raise OSError(
+            f"{folder} is incomplete: a save into it was interrupted while moving its files in, so it may mix two "
+            "saves. Save the model into it again (or delete it) before loading it."
+        )
+    if not os.path.lexists(target) and target.parent.is_dir():
+        backups = sorted(target.parent.glob(f".{glob.escape(target.name)}.old-*"))
+        if backups:
+            raise OSError(
+                f"{folder} is missing: a save into it was interrupted between swapping folders; its previous version "
+                f"is {backups[0]} (the next save to {folder} puts it back first, or rename it yourself)."
+            )
+
+
+# transformers 5 has no built-in "question-answering" pipeline: every saved folder carries ours (a code file beside
+# the model's, found by `pipeline("question-answering", model=folder, trust_remote_code=True)`).
+QA_PIPELINE_FILE = "pipeline_question_answering.py"
+CUSTOM_PIPELINES = {
+    "question-answering": {
+        "impl": "pipeline_question_answering.ExtractiveQuestionAnsweringPipeline",
+        "pt": ["AutoModelForQuestionAnswering"],
+        "type": "text",
+    }
+}
+
+
+def find_qa_pipeline_file(config) -> str | None:
+    """Where the QA pipeline's source is: beside this file (the installed package), else in the folder or Hub repo
+    the model was loaded from (trust_remote_code copies only the modeling files into its module cache)."""
+    beside = os.path.join(os.path.dirname(os.path.abspath(__file__)), QA_PIPELINE_FILE)
+    if os.path.isfile(beside):
+        return beside
+    source = getattr(config, "_name_or_path", None) or getattr(config, "name_or_path", None)
+    if not source:
+        return None
+    if os.path.isdir(source):
+        candidate = os.path.join(source, QA_PIPELINE_FILE)
+        return candidate if os.path.isfile(candidate) else None
+    try:
+        cached = try_to_load_from_cache(source, QA_PIPELINE_FILE)
+    except Exception:  # not a Hub repo id: nothing cached
+        return None
+    return cached if isinstance(cached, str) and os.path.isfile(cached) else None
+
+
+def add_remote_code_fields(config) -> str | None:
+    """Writes into a model's `config` what its saved folder needs to load with `trust_remote_code=True`: `auto_map`
+    naming every BlockBERT head, and `custom_pipelines` naming the QA pipeline where its file is found. Returns that
+    file, to be copied beside the weights, or None (a pipeline entry of an earlier save is then dropped, with a
+    warning: the folder would not carry its code)."""
+    config.auto_map = {**(getattr(config, "auto_map", None) or {}), **AUTO_MAP}
+    custom_pipelines = dict(getattr(config, "custom_pipelines", None) or {})
+    pipeline_file = find_qa_pipeline_file(config)
+    if pipeline_file is not None:
+        # A copy: transformers' pipeline() turns the "pt" names of a config's entry into classes in place.
+        custom_pipelines.update(copy.deepcopy(CUSTOM_PIPELINES))
+    elif custom_pipelines.pop("question-answering", None) is not None:
+        logger.warning(
+            f"{QA_PIPELINE_FILE} was not found beside the model code nor in {config._name_or_path!r}: the saved "
+            "folder will not carry the question-answering pipeline."
+        )
+    if custom_pipelines or getattr(config, "custom_pipelines", None):
+        config.custom_pipelines = custom_pipelines
+    return pipeline_file

@@ -18,21 +18,24 @@ from conftest import REPO_ROOT
 
 
 # What a saved folder needs to load with trust_remote_code and to serve the question-answering pipeline: the model's
-# code, the files it imports (the config, the atomic writers of `saving.py`) and the pipeline.
+# code, the files it imports (its attention, the config, the atomic writers and remote-code names of `saving.py`) and
+# the pipeline.
 REMOTE_CODE_FILES = {
+    "attention_blockbert.py",
     "configuration_blockbert.py",
     "modeling_blockbert.py",
     "saving.py",
     "pipeline_question_answering.py",
 }
 CONTEXT = "The battleship was launched in 1912 and served in both world wars. " * 6
-# Every module of the installed package: the model (config, modeling, QA pipeline), tokenization helpers, conversion,
-# the training library (pre-training, QA fine-tuning), export and saving.
+# Every module of the installed package: the model (config, attention, modeling, QA pipeline), tokenization helpers,
+# conversion, the training library (pre-training, QA fine-tuning), export and saving.
 WHEEL_MODULES = {
     f"blockbert_hf/{module}.py"
     for module in (
         "__init__",
         "configuration_blockbert",
+        "attention_blockbert",
         "modeling_blockbert",
         "pipeline_question_answering",
         "tokenization",
@@ -41,6 +44,7 @@ WHEEL_MODULES = {
         "export",
         "onnx_length_switch",
         "model_card",
+        "command_line",
         "training",
         "conversion/__init__",
         "conversion/errors",
@@ -61,6 +65,7 @@ WHEEL_MODULES = {
         "qa/data",
         "qa/features",
         "qa/finetuning",
+        "qa/objective",
         "qa/postprocessing",
     )
 }

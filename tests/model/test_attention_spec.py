@@ -12,9 +12,9 @@ from conftest import REPO_ROOT, make_model, random_batch, tiny_config
 
 from blockbert_hf import (
     BlockBertModel,
+    attention_blockbert,
     blockwise_attention,
     blockwise_attentions_to_dense,
-    modeling_blockbert,
     sparse_fixed_pattern,
 )
 
@@ -196,13 +196,13 @@ def test_kernel_only_sees_b_by_b_scores(monkeypatch):
     config = tiny_config(num_blocks=4, heads_per_shift=[1, 1, 1, 1], num_hidden_layers=1)
     model = make_model(BlockBertModel, config, "eager").eval()
     seen = []
-    original = modeling_blockbert._attention_probabilities
+    original = attention_blockbert._attention_probabilities
 
     def recording(query, key, *args):
         seen.append((tuple(query.shape), tuple(key.shape)))
         return original(query, key, *args)
 
-    monkeypatch.setattr(modeling_blockbert, "_attention_probabilities", recording)
+    monkeypatch.setattr(attention_blockbert, "_attention_probabilities", recording)
     input_ids, attention_mask = random_batch([64, 50], 64)
     with torch.no_grad():
         model(input_ids, attention_mask=attention_mask)

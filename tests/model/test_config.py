@@ -98,7 +98,8 @@ def test_config_round_trips_through_json_and_from_dict(tmp_path):
 # --- the block size: derived from the current N and n unless the user set it ------------------------------------------
 
 
-# What `tiny_config(block_size=...).save_pretrained(folder)` writes, byte for byte: BLOCK_SIZE is the field as set.
+# What `tiny_config(block_size=...).save_pretrained(folder)` writes, byte for byte: BLOCK_SIZE is the field as set
+# (and, when set, that the user set it).
 TINY_CONFIG_JSON = """{
   "attention_pattern": "blockwise",
   "attention_probs_dropout_prob": 0.0,
@@ -137,7 +138,7 @@ TINY_CONFIG_JSON = """{
 """
 
 
-@pytest.mark.parametrize("block_size, saved", [(None, "null"), (40, "40")])
+@pytest.mark.parametrize("block_size, saved", [(None, "null"), (40, '40,\n  "block_size_set_by_user": true')])
 def test_config_json_holds_the_block_size_as_set(block_size, saved, tmp_path):
     config = tiny_config(block_size=block_size)
     assert config.block_size == block_size and config.to_dict()["block_size"] == block_size
@@ -178,3 +179,53 @@ def test_a_block_size_set_by_the_user_is_kept_and_validated(tmp_path):
 
 def test_block_size_may_be_larger():
     assert BlockBertConfig(num_blocks=2, block_size=300).effective_block_size == 300
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        dict(block_size=32),  # ceil(N / n): what a folder saved before the field could stay unset stores
+        dict(block_size=64, block_relative_positions=True),  # C, the position rows
+    ],
+)
+def test_a_block_size_set_to_its_derived_value_survives_save_and_load(fields, tmp_path):
+    config = tiny_config(**fields)
+    config.save_pretrained(tmp_path)
+    reloaded = BlockBertConfig.from_pretrained(tmp_path)
+    assert reloaded.block_size == fields["block_size"] and reloaded.to_dict() == config.to_dict()
+    # Kept when the number of blocks changes on load, as a block size set by the user is.
+    overridden = BlockBertConfig.from_pretrained(tmp_path, num_blocks=3, heads_per_shift=[2, 1, 1])
+    assert overridden.effective_block_size == fields["block_size"]
+    unset = tiny_config(**{**fields, "block_size": None})
+    assert BlockBertConfig.from_dict(unset.to_dict()).block_size is None
+
+
+@pytest.mark.parametrize(
+    "fields, dead_shifts",
+    [
+        (dict(block_size=64), "1"),  # b = N: every token in block 0
+        (dict(block_size=100), "1"),
+        (dict(num_blocks=4, block_size=32, heads_per_shift=[1, 1, 1, 1]), "2"),  # blocks 0 and 1 of 4 hold tokens
+    ],
+)
+def test_a_block_size_that_leaves_heads_no_tokens_to_read_is_refused(fields, dead_shifts, tmp_path):
+    with pytest.raises(ValueError, match=rf"shift\(s\) {dead_shifts} .* always output zero"):
+        tiny_config(**fields)
+    tiny_config(block_size=32).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="always output zero"):  # also when the number of blocks changes on load
+        BlockBertConfig.from_pretrained(tmp_path, num_blocks=4, heads_per_shift=[1, 1, 1, 1])
+    # Shifts without heads may read nothing, and short inputs still may: only heads that never can are refused.
+    assert tiny_config(block_size=64, heads_per_shift=[4, 0]).effective_block_size == 64
+    assert tiny_config(num_blocks=4, block_size=32, heads_per_shift=[2, 1, 0, 1]).effective_block_size == 32
+
+
+def test_roberta_positions_need_a_pad_token_id():
+    with pytest.raises(ValueError, match="pad_token_id=None.*position_embedding_style='roberta'"):
+        tiny_config(pad_token_id=None)
+    assert tiny_config(pad_token_id=None, position_embedding_style="bert").max_sequence_length == 66
+
+
+@pytest.mark.parametrize("notation", ["--10:2", "\u00b2:2", "1\u0660:2", "+10:2", "10:2:", ""])
+def test_heads_per_shift_outside_the_paper_notation_gets_the_notation_message(notation):
+    with pytest.raises(ValueError, match="paper's notation"):
+        BlockBertConfig(heads_per_shift=notation)

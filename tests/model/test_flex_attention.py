@@ -12,7 +12,7 @@ import torch
 from attention_checks import reference_attention, run_capturing_first_attention
 from conftest import make_model, random_batch, tiny_config
 
-from blockbert_hf import BlockBertModel, modeling_blockbert
+from blockbert_hf import BlockBertModel, attention_blockbert
 
 
 PATTERNS = {
@@ -54,11 +54,11 @@ def mismatches(fields: dict, lengths: list[int]) -> list[tuple[int, float]]:
 
 @pytest.fixture(autouse=True)
 def _flex_not_yet_given_up(monkeypatch):
-    monkeypatch.setattr(modeling_blockbert, "_flex_unavailable", False)
+    monkeypatch.setattr(attention_blockbert, "_flex_unavailable", False)
 
 
 def xfail_if_flex_fell_back(pattern: str) -> None:
-    if modeling_blockbert._flex_unavailable:
+    if attention_blockbert._flex_unavailable:
         # The model fell back to sdpa (and warned): what was compared is sdpa. Known with torch 2.13 on CPU for
         # sparse_fixed compiled after other patterns in one process (Inductor's CppCompileError).
         pytest.xfail(f"torch could not compile flex_attention for {pattern}; BlockBERT fell back to sdpa")
@@ -101,8 +101,8 @@ def test_a_flex_compile_error_falls_back_to_sdpa_with_one_warning(monkeypatch, c
     def failing_flex(*args, **kwargs):
         raise InductorError("CppCompileError: C++ compile error")
 
-    monkeypatch.setattr(modeling_blockbert, "_COMPILE_ERRORS", ("InductorError",))
-    monkeypatch.setitem(modeling_blockbert.ALL_ATTENTION_FUNCTIONS._global_mapping, "flex_attention", failing_flex)
+    monkeypatch.setattr(attention_blockbert, "_COMPILE_ERRORS", ("InductorError",))
+    monkeypatch.setitem(attention_blockbert.ALL_ATTENTION_FUNCTIONS._global_mapping, "flex_attention", failing_flex)
     eager, flex = eager_and_flex(PATTERNS["blockwise n=2"])
     input_ids, attention_mask = random_batch([40, 33], 40)
     with torch.no_grad(), caplog.at_level("WARNING"):

@@ -273,6 +273,8 @@ def test_resize_token_embeddings_keeps_the_decoder_tied():
     "inputs, message",
     [
         ({"input_ids": torch.ones(1, 0, dtype=torch.long)}, "sequence length 0"),
+        ({"input_ids": torch.ones(0, 8, dtype=torch.long)}, r"input_ids has batch size 0 \(shape \(0, 8\)\)"),
+        ({"inputs_embeds": torch.zeros(0, 8, 32)}, r"inputs_embeds has batch size 0"),
         ({"input_ids": torch.tensor([0, 5, 6, 2])}, r"add the batch dimension \(input_ids\[None\]\)"),
         ({"inputs_embeds": torch.zeros(5, 32)}, r"inputs_embeds has shape \(5, 32\); expected 3 dimensions"),
         ({}, "exactly one of input_ids or inputs_embeds"),
@@ -295,3 +297,32 @@ def test_a_traced_model_keeps_the_attention_mask():
         expected = model(input_ids, attention_mask=attention_mask)[0]
         actual = traced(input_ids, attention_mask)[0]
     torch.testing.assert_close(actual[attention_mask.bool()], expected[attention_mask.bool()], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("value", [0.5, 2.0, -1.0])
+def test_attention_mask_values_other_than_0_count_as_real_tokens_as_in_roberta(value):
+    """Any non-zero mask value marks a real token, as RoBERTa reads it (docs/attention.md, "Inputs")."""
+    input_ids, attention_mask = random_batch([64, 30], 64)
+    changed = attention_mask.float().clone()
+    changed[0, 5] = changed[1, 3] = value
+    roberta = make_model(RobertaModel, RobertaConfig(**ROBERTA_FIELDS))
+    blockbert = make_model(BlockBertModel, tiny_config())
+    with torch.no_grad():
+        for model in (roberta, blockbert):
+            expected = model(input_ids, attention_mask=attention_mask).last_hidden_state
+            torch.testing.assert_close(
+                model(input_ids, attention_mask=changed).last_hidden_state, expected, atol=0, rtol=0
+            )
+
+
+def test_a_head_mask_that_would_change_the_outputs_is_refused():
+    """transformers 5 dropped head masking: RoBERTa takes `head_mask=` and ignores it. A mask that keeps every head
+    changes nothing and is accepted; one that would mask a head is refused rather than ignored."""
+    model = make_model(BlockBertForMaskedLM, tiny_config())
+    input_ids, attention_mask = random_batch([64, 30], 64)
+    with torch.no_grad():
+        expected = model(input_ids, attention_mask=attention_mask).logits
+        kept = model(input_ids, attention_mask=attention_mask, head_mask=torch.ones(2, 4)).logits
+        torch.testing.assert_close(kept, expected, atol=0, rtol=0)
+        with pytest.raises(ValueError, match="head_mask is not supported"):
+            model(input_ids, attention_mask=attention_mask, head_mask=torch.tensor([[1.0, 0.0, 1.0, 1.0]] * 2))

@@ -18,7 +18,7 @@ from blockbert_hf import (
     BlockBertForSequenceClassification,
     BlockBertForTokenClassification,
     BlockBertModel,
-    modeling_blockbert,
+    attention_blockbert,
 )
 
 
@@ -139,13 +139,13 @@ def test_projections_run_on_real_tokens_and_attention_on_tiles_that_hold_one(mon
     model.encoder.layer[0].attention.self.query.register_forward_hook(
         lambda module, args, output: projected.append(args[0].shape[0])
     )
-    original = modeling_blockbert._attention_probabilities
+    original = attention_blockbert._attention_probabilities
 
     def recording(query, *args):
         tiles.append(query.shape[0])
         return original(query, *args)
 
-    monkeypatch.setattr(modeling_blockbert, "_attention_probabilities", recording)
+    monkeypatch.setattr(attention_blockbert, "_attention_probabilities", recording)
     with torch.no_grad():
         model(input_ids, attention_mask=attention_mask)
     assert projected == [64 + 5]
@@ -188,3 +188,19 @@ def test_the_switch_is_saved_only_when_off(tmp_path):
     BlockBertConfig(padding_free=False).save_pretrained(tmp_path)
     assert json.loads((tmp_path / "config.json").read_text())["padding_free"] is False
     assert BlockBertConfig.from_pretrained(tmp_path).padding_free is False
+
+
+@pytest.mark.parametrize("model_class", [BlockBertForMaskedLM, BlockBertForTokenClassification])
+def test_labels_on_padding_never_give_a_loss_that_depends_on_padding_free(model_class):
+    """The padded computation counts labels at padding, as RoBERTa does; padding-free computes no padding, so there
+    such labels are refused, naming the option, instead of giving another loss."""
+    padded, packed = paired_models(model_class, "sdpa")
+    input_ids, attention_mask = random_batch([64, 30], 64, generator=torch.Generator().manual_seed(0))
+    labels = input_ids % 2  # a label at every position, padding included (e.g. labels=input_ids)
+    with torch.no_grad():
+        assert padded(input_ids, attention_mask=attention_mask, labels=labels).loss is not None
+        with pytest.raises(ValueError, match=r"padding_free=False"):
+            packed(input_ids, attention_mask=attention_mask, labels=labels)
+        without = labels.masked_fill(~attention_mask.bool(), -100)
+        expected = padded(input_ids, attention_mask=attention_mask, labels=without).loss
+        torch.testing.assert_close(packed(input_ids, attention_mask=attention_mask, labels=without).loss, expected)

@@ -36,8 +36,10 @@ HEAD_CLASSES = [
     BlockBertForSequenceClassification,
     BlockBertForTokenClassification,
 ]
-# The code a saved folder carries: the model's, the files it imports (config, atomic writers) and the QA pipeline.
+# The code a saved folder carries: the model's, the files it imports (attention, config, atomic writers) and the QA
+# pipeline.
 REMOTE_CODE_FILES = {
+    "attention_blockbert.py",
     "configuration_blockbert.py",
     "modeling_blockbert.py",
     "saving.py",
@@ -159,9 +161,10 @@ def test_trust_remote_code_without_the_package(tmp_path, tokenizer):
     assert sorted(path.name for path in tmp_path.iterdir()) == ["again", "io.pt", "model"]  # no staging left
 
 
-def test_the_carried_saving_py_imports_only_the_standard_library():
-    """transformers' remote-code loader requires every package a carried file imports (even inside a function)."""
-    assert set(get_imports(saving.__file__)) <= sys.stdlib_module_names
+def test_the_carried_saving_py_imports_only_the_standard_library_and_huggingface_hub():
+    """transformers' remote-code loader requires every package a carried file imports (even inside a function);
+    huggingface_hub is one transformers itself requires."""
+    assert set(get_imports(saving.__file__)) <= sys.stdlib_module_names | {"huggingface_hub"}
 
 
 def test_auto_classes_and_tokenizer_resolve_for_a_saved_folder(tmp_path, tokenizer):
@@ -321,3 +324,143 @@ def test_a_failed_final_rename_leaves_the_target_as_it_was_and_no_staging(tmp_pa
         save_atomically(target, lambda staging: (staging / "a.txt").write_text("new"))
     assert [path.name for path in tmp_path.iterdir()] == ["out"]
     assert (target / "a.txt").read_text() == "old"
+
+
+# --- saving into an existing folder: what is kept, and a save killed half-way --------------------------------------
+
+
+def _tagged_model(tag: str) -> BlockBertForMaskedLM:
+    """A tiny MLM whose config carries `tag` and whose weights depend on it, to tell two saves apart on reload."""
+    torch.manual_seed(len(tag) + ord(tag[0]))
+    model = BlockBertForMaskedLM(tiny_config())
+    model.config.save_tag = tag
+    return model
+
+
+def _assert_loads_as_one_save(folder, models: dict[str, BlockBertForMaskedLM]):
+    """The folder loads as exactly one of `models` (its config's tag and its weights agree), or refuses to load."""
+    try:
+        loaded = BlockBertForMaskedLM.from_pretrained(folder)
+    except (OSError, ValueError):
+        return None
+    tag = loaded.config.save_tag
+    expected = models[tag].state_dict()
+    for name, tensor in loaded.state_dict().items():
+        assert torch.equal(tensor, expected[name]), f"config of save {tag!r} beside other weights ({name})"
+    return tag
+
+
+def test_saving_into_a_folder_keeps_user_files_whose_names_start_like_weight_files(tmp_path):
+    user_files = {"model-eval.json": "{}", "model-card-draft.md": "draft", "model.safetensors.bak": "backup"}
+    for name, text in user_files.items():
+        (tmp_path / name).write_text(text)
+    models = {"A": _tagged_model("A"), "Bee": _tagged_model("Bee")}
+    models["A"].save_pretrained(tmp_path, max_shard_size="20KB")
+    shards = sorted(path.name for path in tmp_path.glob("model-*-of-*.safetensors"))
+    assert len(shards) > 1 and (tmp_path / "model.safetensors.index.json").is_file()
+    assert _assert_loads_as_one_save(tmp_path, models) == "A"
+
+    models["Bee"].save_pretrained(tmp_path)  # one file replaces the shards and their index
+    names = {path.name for path in tmp_path.iterdir()}
+    assert not names & set(shards) and "model.safetensors.index.json" not in names
+    assert _assert_loads_as_one_save(tmp_path, models) == "Bee"
+
+    models["A"].save_pretrained(tmp_path, max_shard_size="20KB")  # shards replace the one file
+    assert "model.safetensors" not in {path.name for path in tmp_path.iterdir()}
+    assert _assert_loads_as_one_save(tmp_path, models) == "A"
+    for name, text in user_files.items():
+        assert (tmp_path / name).read_text() == text
+
+
+KILLED_SAVE = """
+import os, sys, tempfile
+import torch
+from blockbert_hf import BlockBertConfig, BlockBertForMaskedLM
+
+folder, kill_at, parent_read_only = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+torch.manual_seed(len("Bee") + ord("B"))
+model = BlockBertForMaskedLM(BlockBertConfig(**{config!r}))
+model.config.save_tag = "Bee"
+if parent_read_only:  # as for a user who may write in the folder but not beside it
+    mkdtemp = tempfile.mkdtemp
+    def refusing_mkdtemp(*args, dir=None, **kwargs):
+        if dir is not None and os.path.samefile(dir, os.path.dirname(folder)):
+            raise PermissionError(13, "Permission denied", dir)
+        return mkdtemp(*args, dir=dir, **kwargs)
+    tempfile.mkdtemp = refusing_mkdtemp
+replace, calls = os.replace, []
+def killed_replace(source, destination, **kwargs):
+    calls.append(source)
+    if len(calls) == kill_at:
+        os._exit(3)  # as SIGKILL: no cleanup runs
+    replace(source, destination, **kwargs)
+os.replace = killed_replace
+model.save_pretrained(folder, max_shard_size="20KB")
+"""
+
+
+@pytest.mark.parametrize("parent_read_only", [False, True], ids=["staging beside", "staging inside"])
+@pytest.mark.parametrize("kill_at", [2, 4])
+def test_a_save_killed_between_two_renames_never_leaves_a_mixed_folder_that_loads(tmp_path, kill_at, parent_read_only):
+    folder = tmp_path / "model"
+    models = {"A": _tagged_model("A"), "Bee": _tagged_model("Bee")}
+    models["A"].save_pretrained(folder, max_shard_size="20KB")
+    config = {key: value for key, value in tiny_config().to_diff_dict().items() if key != "transformers_version"}
+    script = KILLED_SAVE.format(config=config)
+    done = subprocess.run([sys.executable, "-c", script, str(folder), str(kill_at), str(int(parent_read_only))])
+    assert done.returncode in (0, 3)
+    _assert_loads_as_one_save(folder, models)
+
+
+def test_saving_into_a_folder_whose_parent_is_not_writable_stages_inside_it(tmp_path, monkeypatch):
+    import tempfile
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "tokenizer.json").write_text("{}")
+    mkdtemp = tempfile.mkdtemp
+
+    def refusing_mkdtemp(*args, dir=None, **kwargs):
+        if dir is not None and os.path.samefile(dir, tmp_path):
+            raise PermissionError(13, "Permission denied", dir)
+        return mkdtemp(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkdtemp", refusing_mkdtemp)
+    models = {"A": _tagged_model("A")}
+    models["A"].save_pretrained(folder, max_shard_size="20KB")
+    assert _assert_loads_as_one_save(folder, models) == "A"
+    assert (folder / "tokenizer.json").read_text() == "{}"
+    assert not [path.name for path in folder.iterdir() if path.name.startswith(".")]
+    assert [path.name for path in tmp_path.iterdir()] == ["model"]
+
+
+# --- symlinked output folders ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("existing", [True, False], ids=["link to a folder", "dangling link"])
+def test_saving_through_a_symlinked_folder_writes_into_its_target(tmp_path, existing):
+    real, link = tmp_path / "real", tmp_path / "link"
+    if existing:
+        real.mkdir()
+        (real / "tokenizer.json").write_text("{}")
+    link.symlink_to(real, target_is_directory=True)
+    models = {"A": _tagged_model("A")}
+    models["A"].save_pretrained(link)
+    assert link.is_symlink() and os.readlink(link) == str(real)
+    assert _assert_loads_as_one_save(real, models) == "A"
+    assert (real / "tokenizer.json").is_file() == existing
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["link", "real"]
+
+
+@pytest.mark.parametrize("existing", [True, False], ids=["link to a folder", "dangling link"])
+def test_a_replacing_write_through_a_symlink_replaces_its_target_and_keeps_the_link(tmp_path, existing):
+    """What the converter and the ONNX export do with their output folder."""
+    real, link = tmp_path / "real", tmp_path / "link"
+    if existing:
+        real.mkdir()
+        (real / "old.txt").write_text("old")
+    link.symlink_to(real, target_is_directory=True)
+    save_atomically(link, lambda staging: (staging / "new.txt").write_text("new"))
+    assert link.is_symlink() and os.readlink(link) == str(real)
+    assert sorted(path.name for path in real.iterdir()) == ["new.txt"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["link", "real"]
