@@ -16,6 +16,7 @@ from dataclasses import asdict
 
 from transformers import HfArgumentParser
 
+from blockbert_hf.command_line import read_negative_values
 from blockbert_hf.pretraining import MLMEvaluationArguments, UnreliableScoreError, evaluate_saved_model
 from blockbert_hf.training import HelpFormatter
 
@@ -23,7 +24,7 @@ from blockbert_hf.training import HelpFormatter
 def build_parser() -> HfArgumentParser:
     parser = HfArgumentParser(MLMEvaluationArguments, description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("model_path", help="a saved *ForMaskedLM folder with its tokenizer")
-    return parser
+    return read_negative_values(parser)
 
 
 def main(argv=None) -> int:

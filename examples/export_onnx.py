@@ -7,9 +7,10 @@ Writes `OUT/model.onnx` (with the config and tokenizer) only after ONNX Runtime 
 question/context pairs of real text (token types 0 and 1 for BERT tokenizers, every block holding text) at lengths
 around the block boundaries and at N; prints the max difference per length as JSON. Exits with status 1 and writes
 nothing when it does not match, or when the folder has no tokenizer files or holds a multiple-choice model (not
-exportable); exits with status 2 on a bad option. Needs the `export` extra (onnx, onnxscript, onnxruntime). Run the
-file with `blockbert_hf.export.OnnxBlockBert(OUT)(**tokenizer(question, context, return_tensors="np"))`, which checks
-its inputs first, or a question-answering model in the pipeline with
+exportable); exits with status 2 on a bad option (a --text_file that is missing or not UTF-8 among them). Needs the
+`export` extra (onnx, onnxscript, onnxruntime). Run the file with
+`blockbert_hf.export.OnnxBlockBert(OUT)(**tokenizer(question, context, return_tensors="np"))`, which checks its inputs
+first, or a question-answering model in the pipeline with
 `blockbert_hf.export.OnnxBlockBertForQuestionAnswering.from_pretrained(OUT)`. `--quantize` also writes
 `OUT/model_int8.onnx` (ONNX Runtime's dynamic int8 quantization) and its difference per length in
 `OUT/quantization.json`.
@@ -20,8 +21,9 @@ import sys
 
 from transformers import HfArgumentParser
 
+from blockbert_hf.command_line import read_negative_values
 from blockbert_hf.export import OnnxExportArguments, export_onnx_command
-from blockbert_hf.saving import OutputOverwritesInputError, check_output_keeps_inputs
+from blockbert_hf.saving import OutputOverwritesInputError, check_output_keeps_inputs, open_text
 from blockbert_hf.training import HelpFormatter
 
 
@@ -29,7 +31,18 @@ def build_parser() -> HfArgumentParser:
     parser = HfArgumentParser(OnnxExportArguments, description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("model_folder", help="a saved BlockBERT folder with its tokenizer")
     parser.add_argument("output_folder", help="where model.onnx is written (a new or empty folder)")
-    return parser
+    return read_negative_values(parser)
+
+
+def check_text_file(parser: HfArgumentParser, path: str) -> None:
+    """Refuses, before any work, a --text_file that cannot be read as UTF-8 text, naming it."""
+    try:
+        with open_text(path) as file:
+            file.read()
+    except UnicodeDecodeError as error:
+        parser.error(f"--text_file {path} is not UTF-8 text ({error.reason} at byte {error.start}): save it as UTF-8.")
+    except OSError as error:
+        parser.error(f"--text_file {path} cannot be read ({error.strerror or error}).")
 
 
 def main(argv=None) -> int:
@@ -43,6 +56,8 @@ def main(argv=None) -> int:
         check_output_keeps_inputs(positional.output_folder, inputs, output_name="output_folder")
     except OutputOverwritesInputError as error:  # refused with or without --overwrite
         parser.error(str(error))
+    if args.text_file is not None:
+        check_text_file(parser, args.text_file)
     try:
         differences = export_onnx_command(positional.model_folder, positional.output_folder, args)
     except (ValueError, OSError) as error:

@@ -347,7 +347,14 @@ def main(argv=None) -> int:
         length_options = ["--max_seq_length", str(args.max_seq_length)]
     convert_command = run_script(
         "convert_roberta_to_blockbert.py",
-        [shown_path(source), str(converted), "--num_blocks", str(args.num_blocks), "--heads", args.heads_per_shift]
+        [
+            shown_path(source),
+            str(converted),
+            "--num_blocks",
+            str(args.num_blocks),
+            "--heads_per_shift",
+            args.heads_per_shift,
+        ]
         + [*length_options, "--overwrite"],
         names=None if args.source_model else {MINILM_VARIABLE: source},
     )

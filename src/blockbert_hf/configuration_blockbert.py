@@ -17,6 +17,7 @@ This file is copied next to saved checkpoints (``trust_remote_code``), so it imp
 """
 
 import math
+import re
 
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
@@ -24,13 +25,17 @@ from transformers import PreTrainedConfig
 
 ATTENTION_PATTERNS = ("blockwise", "full", "sparse_fixed")
 POSITION_EMBEDDING_STYLES = ("roberta", "bert")
+# Written to config.json beside a block size set by the user, so that loading keeps it even where it equals the
+# derived value (folders saved before `block_size` could stay unset store the derived value without it).
+BLOCK_SIZE_SET_BY_USER = "block_size_set_by_user"
+_HEAD_COUNT = re.compile(r"-?[0-9]+")  # ASCII digits only: int() also reads "²"-like and other scripts' digits
 
 
 def parse_heads_per_shift(value: str | list[int] | tuple[int, ...]) -> list[int]:
     """Turns the paper's notation ``"10:2"`` / ``"8:2:2"`` (or a list) into a list of head counts, one per shift."""
     if isinstance(value, str):
         parts = value.replace(" ", "").split(":")
-        if not all(part.lstrip("-").isdigit() for part in parts):
+        if not all(_HEAD_COUNT.fullmatch(part) for part in parts):
             raise ValueError(
                 f"heads_per_shift={value!r} is not in the paper's notation: write one head count per shift separated "
                 "by ':', e.g. '10:2' (10 heads with shift 0, 2 heads with shift 1) or '8:2:2'."
@@ -55,11 +60,11 @@ def default_heads_per_shift(num_attention_heads: int, num_blocks: int) -> list[i
     return [shift_zero] + [per_shift] * (num_blocks - 1)
 
 
-def sequence_length(max_position_embeddings: int, pad_token_id: int | None, position_embedding_style: str) -> int:
+def sequence_length(max_position_embeddings: int, pad_token_id: int, position_embedding_style: str) -> int:
     """The position rows the table offers to real tokens (`C`), which is `N` unless `block_relative_positions` is on:
     RoBERTa positions reserve the rows up to the padding index (514 -> 512), BERT positions none."""
     if position_embedding_style == "roberta":
-        return max_position_embeddings - (pad_token_id if pad_token_id is not None else 1) - 1
+        return max_position_embeddings - pad_token_id - 1
     return max_position_embeddings
 
 
@@ -193,6 +198,7 @@ class BlockBertConfig(PreTrainedConfig):
     padding_free: bool = True
 
     def __post_init__(self, **kwargs):
+        kwargs.pop(BLOCK_SIZE_SET_BY_USER, None)  # what config.json says of block_size, which `from_dict` reads
         self._check_fields_defaults_depend_on()
         if self.heads_per_shift is None:
             self.heads_per_shift = default_heads_per_shift(self.num_attention_heads, self.num_blocks)
@@ -223,7 +229,9 @@ class BlockBertConfig(PreTrainedConfig):
     @classmethod
     def from_dict(cls, config_dict, **kwargs):
         config_dict = dict(config_dict)
-        if config_dict.get("block_size") is not None and config_dict["block_size"] == _derived_block_size(config_dict):
+        set_by_user = config_dict.pop(BLOCK_SIZE_SET_BY_USER, False)
+        block_size = config_dict.get("block_size")
+        if not set_by_user and block_size is not None and block_size == _derived_block_size(config_dict):
             # Folders saved before `block_size` could stay unset store the derived value: read it as unset, so that
             # overriding `num_blocks` or `max_position_embeddings` on load derives the block size again.
             config_dict["block_size"] = None
@@ -240,6 +248,8 @@ class BlockBertConfig(PreTrainedConfig):
 
     def to_dict(self) -> dict:
         output = super().to_dict()
+        if output.get("block_size") is not None:
+            output[BLOCK_SIZE_SET_BY_USER] = True
         if not output.get("block_relative_positions", False):
             # Off (the default): left out, so that config.json of a model without the option is what it always was.
             output.pop("block_relative_positions", None)
@@ -269,6 +279,12 @@ class BlockBertConfig(PreTrainedConfig):
             )
         if self.num_blocks < 1:
             raise ValueError(f"num_blocks must be >= 1 (it is n, the number of blocks), got {self.num_blocks}.")
+        if self.position_embedding_style == "roberta" and self.pad_token_id is None:
+            raise ValueError(
+                "pad_token_id=None with position_embedding_style='roberta': RoBERTa positions start at "
+                "pad_token_id + 1 and give padding the position pad_token_id. Set pad_token_id (RoBERTa's is 1), or "
+                "use position_embedding_style='bert' (positions 0, 1, 2, ...)."
+            )
 
     def check_blockwise_fields(self):
         """Raises a `ValueError` that says what to change when the blockwise fields do not fit together."""
@@ -310,10 +326,30 @@ class BlockBertConfig(PreTrainedConfig):
                 f"heads_per_shift={counts} sums to {sum(counts)} but num_attention_heads={self.num_attention_heads}: "
                 "the counts must add up to the number of heads."
             )
+        if self.attention_pattern == "blockwise":
+            self._check_every_head_can_read_tokens()
         if self.sparse_stride < 1 or not 0 <= self.sparse_expressivity <= self.sparse_stride:
             raise ValueError(
                 f"sparse_stride={self.sparse_stride} and sparse_expressivity={self.sparse_expressivity} must satisfy "
                 "sparse_stride >= 1 and 0 <= sparse_expressivity <= sparse_stride."
+            )
+
+    def _check_every_head_can_read_tokens(self):
+        """Refuses a block size that leaves heads of some shift a key block that never holds a token, whatever the
+        input: with b >= N every token is in block 0 and the heads of shift s > 0 read block s."""
+        n, b, length = self.num_blocks, self.effective_block_size, self.max_sequence_length
+        filled = math.ceil(length / b)  # blocks 0 .. filled - 1 hold tokens of the longest input
+        dead = [
+            shift
+            for shift, count in enumerate(self.heads_per_shift)
+            if count > 0 and all((block + shift) % n >= filled for block in range(filled))
+        ]
+        if dead:
+            raise ValueError(
+                f"With block_size = {b}, the N = {length} tokens fill only {filled} of the num_blocks = {n} blocks, so "
+                f"the heads of shift(s) {', '.join(map(str, dead))} (heads_per_shift={self.heads_per_shift}) read an "
+                f"empty block for every input and always output zero. Use block_size <= {math.ceil(length / n)} "
+                "(= ceil(N / n); leave it unset to get that), fewer blocks, or no heads for those shifts."
             )
 
     def _check_block_relative_positions(self):

@@ -11,8 +11,10 @@ variant.
 ONNX needs the `export` extra (`pip install blockbert-hf[export]`: onnx, onnxscript, onnxruntime).
 """
 
+import contextlib
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -260,14 +262,27 @@ class ExportedBlockBert:
         return ProgramsByLength({lengths: program.module() for lengths, program in self.programs.items()})
 
 
+@contextlib.contextmanager
+def _in_eval_mode(model: torch.nn.Module) -> Iterator[None]:
+    """Runs the block with `model` in eval mode (programs are made without dropout), then puts back the mode of each
+    of its modules as it was."""
+    modes = {module: module.training for module in model.modules()}
+    model.eval()
+    try:
+        yield
+    finally:
+        for module, training in modes.items():
+            module.train(training)
+
+
 def export_program(model: torch.nn.Module) -> ExportedBlockBert:
     """`torch.export` of a BlockBERT model (any head but multiple choice) with dynamic batch size and sequence
     length, one program per range of `length_ranges`; each takes `input_names(model.config)` as keywords and returns
-    the model's output."""
+    the model's output. The programs compute what the model computes in eval mode; the model is left in the mode it
+    was in."""
     check_exportable(model.config, type(model).__name__)
-    model = model.eval()
     programs = {}
-    with torch.no_grad():
+    with _in_eval_mode(model), torch.no_grad():
         for lengths in length_ranges(model.config):
             inputs = example_inputs(model.config, seq_len=example_length(lengths))
             shapes = dynamic_shapes(model.config, lengths)
@@ -278,12 +293,18 @@ def export_program(model: torch.nn.Module) -> ExportedBlockBert:
 def export_onnx(model: torch.nn.Module, path: str | Path) -> list[str]:
     """Writes `model` as an ONNX file with dynamic batch size and sequence length, taking `input_names(model.config)`;
     returns its output names. A blockwise model's two programs (`length_ranges`) are joined in the file by an `If`
-    on the input's length, their weights stored once (`onnx_length_switch`)."""
+    on the input's length, their weights stored once (`onnx_length_switch`). As `export_program`, it exports the eval
+    mode and leaves the model in the mode it was in."""
+    check_exportable(model.config, type(model).__name__)
+    with _in_eval_mode(model):
+        return _export_onnx(model, path)
+
+
+def _export_onnx(model: torch.nn.Module, path: str | Path) -> list[str]:
     import onnx
 
     from .onnx_length_switch import switch_by_length
 
-    check_exportable(model.config, type(model).__name__)
     wrapper = ExportableBlockBert(model)
     names = input_names(model.config)
     graphs = []
@@ -352,8 +373,9 @@ class OnnxBlockBertForQuestionAnswering:
         qa = ExtractiveQuestionAnsweringPipeline(model=model, tokenizer=AutoTokenizer.from_pretrained("OUT"))
 
     The pipeline then cuts contexts into the same windows (layout, block size) and ranks answers by the same rule as
-    with the PyTorch model, both read from the saved config. Called like the PyTorch model, it returns its
-    `QuestionAnsweringModelOutput` (start and end logits) after `OnnxBlockBert`'s host checks."""
+    with the PyTorch model, both read from the saved config. Called like the PyTorch model (ids as tensors, numpy
+    arrays or lists), it returns its `QuestionAnsweringModelOutput` (start and end logits) after `OnnxBlockBert`'s
+    host checks; what the exported program has no input for (`inputs_embeds`, `position_ids`, ...) is refused."""
 
     device = torch.device("cpu")
     dtype = torch.float32
@@ -371,14 +393,24 @@ class OnnxBlockBertForQuestionAnswering:
     def from_pretrained(cls, folder: str | Path, file_name: str = ONNX_FILE) -> "OnnxBlockBertForQuestionAnswering":
         return cls(OnnxBlockBert(folder, file_name=file_name))
 
-    def __call__(self, input_ids, attention_mask=None, token_type_ids=None, **unused) -> QuestionAnsweringModelOutput:
-        inputs = (
-            None if tensor is None else tensor.cpu().numpy() for tensor in (input_ids, attention_mask, token_type_ids)
-        )
+    def __call__(
+        self, input_ids=None, attention_mask=None, token_type_ids=None, return_dict=None, **other_inputs
+    ) -> QuestionAnsweringModelOutput | tuple:
+        # Arguments left at their defaults (None; False for the output_* flags) ask for nothing the program lacks.
+        unsupported = sorted(name for name, value in other_inputs.items() if value is not None and value is not False)
+        if unsupported:
+            raise ValueError(
+                f"The exported model has no input for {', '.join(unsupported)}: it takes input_ids, attention_mask "
+                "and token_type_ids only. Run the PyTorch model (BlockBertForQuestionAnswering) for the others."
+            )
+        if input_ids is None:
+            raise ValueError("Pass input_ids, the token ids the tokenizer makes: the exported model reads them.")
+        inputs = (_host_array(value) for value in (input_ids, attention_mask, token_type_ids))
         outputs = self.runner(*inputs)
-        return QuestionAnsweringModelOutput(
+        output = QuestionAnsweringModelOutput(
             start_logits=torch.from_numpy(outputs["start_logits"]), end_logits=torch.from_numpy(outputs["end_logits"])
         )
+        return output.to_tuple() if return_dict is False else output
 
     def to(self, device):
         """ONNX Runtime runs this model on the CPU: other devices are refused."""
@@ -391,6 +423,13 @@ class OnnxBlockBertForQuestionAnswering:
 
     def can_generate(self) -> bool:
         return False
+
+
+def _host_array(value) -> np.ndarray | None:
+    """A tensor (on any device), numpy array or nested list as a numpy array."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().numpy()
+    return None if value is None else np.asarray(value)
 
 
 def quantize_int8(folder: str | Path) -> Path:

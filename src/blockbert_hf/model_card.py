@@ -1,6 +1,8 @@
 """Hub model cards of the models that `examples/run_qa.py` and `examples/run_mlm.py` train, as transformers'
 `Trainer.create_model_card` writes them: `README.md` in the saved model folder, built from what the run itself knows
-(its arguments, its final evaluation, its metrics log, the model's configuration).
+(its arguments, its final evaluation, its metrics log, the model's configuration); and the card of a folder
+`examples/convert_roberta_to_blockbert.py` converted (`conversion_model_card`). Lineage: a card's `base_model` is the
+starting model's Hub id, or for a local folder the Hub model the folder's own card records (`lineage_base_model`).
 
 The YAML is written by `huggingface_hub.ModelCardData`, with the run's own evaluation as `EvalResult`s in its
 `model-index` (only when there is one), and the card is parsed back by `huggingface_hub.ModelCard` before it is
@@ -84,6 +86,28 @@ def is_hub_id(name_or_path: str | None) -> bool:
     return True
 
 
+def recorded_base_model(folder: str | os.PathLike | None) -> str | None:
+    """The Hub model a local model folder derives from, as its own card records it (`base_model`, e.g. the source a
+    converted folder was made from), or None: a folder without a card, or whose card names no Hub id."""
+    if not folder or not (Path(folder) / CARD_FILE).is_file():
+        return None
+    try:
+        base_model = ModelCard.load(Path(folder) / CARD_FILE).data.base_model
+    except Exception:  # a card the Hub could not read names nothing
+        return None
+    if isinstance(base_model, list):
+        base_model = base_model[0] if len(base_model) == 1 else None
+    return base_model if isinstance(base_model, str) and is_hub_id(base_model) else None
+
+
+def lineage_base_model(starting_model: str | None) -> str | None:
+    """The `base_model` of a model trained from `starting_model`: its Hub id, or for a local folder the Hub model its
+    card records (converted and adapted folders carry it), never an id made up for a local folder."""
+    if is_hub_id(starting_model):
+        return starting_model
+    return recorded_base_model(starting_model)
+
+
 @dataclass(frozen=True)
 class DataSource:
     """Training or evaluation data as a card names it: a Hub dataset by id (config, split), or local files by base
@@ -141,7 +165,7 @@ class RunDescription:
 def build_model_card(run: RunDescription) -> ModelCard:
     """The card of a finished run: YAML metadata (a model-index only with an evaluation) and the text below it."""
     task_name, script = TASKS[run.pipeline_tag]
-    base_model = run.starting_model if is_hub_id(run.starting_model) else None
+    base_model = lineage_base_model(run.starting_model)
     is_blockbert = getattr(run.model_config, "model_type", None) == "blockbert"
     eval_results = [
         EvalResult(
@@ -211,11 +235,12 @@ def _introduction(run: RunDescription, base_model: str | None) -> str:
         what, further = f"fine-tuned for extractive question answering on {data}", ""
     else:
         what, further = f"pre-trained as a masked language model on {data}", "further "
-    if base_model:
+    if base_model and is_hub_id(run.starting_model):
         return f"This model is [{base_model}](https://huggingface.co/{base_model}) {further}{what}."
     if run.starting_model:
         folder = Path(run.starting_model).resolve().name  # its name only: the path is the training machine's
-        return f"This model was {what}, starting from a local checkpoint (`{folder}`)."
+        derived = f", which derives from [{base_model}](https://huggingface.co/{base_model})" if base_model else ""
+        return f"This model was {what}, starting from a local checkpoint (`{folder}`{derived})."
     return f"This model was {what}, starting from random weights."
 
 
@@ -337,8 +362,10 @@ def qa_model_card(config, model_config, accelerator, results: Mapping, training_
         detail = f"{count:,} questions" if count is not None else None
         if file or os.path.exists(config.dataset_name):
             return DataSource.local([file or config.dataset_name], detail)
+        if config.mrqa_subset:
+            detail = f"the {config.mrqa_subset} subset" + (f", {detail}" if detail else "")
         return DataSource(
-            HUB_DATASETS.get(config.dataset_name, config.dataset_name), config.dataset_subset, split, (), detail
+            HUB_DATASETS.get(config.dataset_name, config.dataset_name), config.dataset_config_name, split, (), detail
         )
 
     # squad_v2's metric names exact match "exact"; the model-index uses the Hub's metric id for both versions
@@ -363,6 +390,7 @@ def qa_model_card(config, model_config, accelerator, results: Mapping, training_
         "doc_stride": results.get("doc_stride"),
         "negative_window_rate": config.negative_window_rate,
         "window_scoring": results.get("window_scoring"),
+        "qa_objective": results.get("qa_objective"),
         "version_2_with_negative": results.get("version_2_with_negative"),
         "mixed_precision": accelerator.mixed_precision,
         "seed": config.seed,
@@ -424,6 +452,7 @@ def mlm_model_card(args, model_config, accelerator, results: Mapping, training_l
         "mlm_probability": args.mlm_probability,
         "mixed_precision": accelerator.mixed_precision,
         "seed": args.seed,
+        "trained_parameters": results.get("trained_parameters", "every parameter"),
     }
     return build_model_card(
         RunDescription(
@@ -441,6 +470,99 @@ def mlm_model_card(args, model_config, accelerator, results: Mapping, training_l
     )
 
 
+# ---------------------------------------------------------------------------------------------------------------------
+# The card of a converted checkpoint
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def conversion_model_card(
+    summary: Mapping, model_config, name: str, base_model: str | None, license: str = DEFAULT_LICENSE
+) -> ModelCard:
+    """The card of a folder `examples/convert_roberta_to_blockbert.py` wrote: the source (`base_model` only where its
+    Hub id is known), the attention pattern, and how the conversion verified. `summary`: `conversion_report.json`."""
+    masked_lm = summary["target_class"] == "BlockBertForMaskedLM"
+    data = ModelCardData(
+        model_name=name,
+        base_model=base_model,
+        license=license,
+        library_name="transformers",
+        pipeline_tag="fill-mask" if masked_lm else "feature-extraction",
+        tags=["blockbert-hf", "blockbert", "blockwise-attention", "converted"],
+    )
+    source = f"[{base_model}](https://huggingface.co/{base_model})" if base_model else f"`{summary['source']}`"
+    positions = (
+        "block-relative (they restart at every block; the source's position table is kept as trained)"
+        if summary.get("block_relative_positions")
+        else f"the source's {summary['source_sequence_length']:,}"
+        + (", new rows repeating the trained ones" if summary["extended"] else "")
+    )
+    rows = [
+        ["source", f"{source} ({summary['source_architecture']})"],
+        ["attention", summary["attention_pattern"]],
+        ["N (longest input)", f"{summary['source_sequence_length']:,} -> {summary['sequence_length']:,} tokens"],
+        ["positions", positions],
+        [
+            "tensors",
+            f"{summary['tensors_copied']} copied one to one" + _listed(", initialised", summary["initialised"]),
+        ],
+    ]
+    body = f"""
+<!-- Written by blockbert-hf's examples/convert_roberta_to_blockbert.py from its conversion_report.json. -->
+
+# {name}
+
+This is {source} converted to BlockBERT weight for weight: the same parameters, only the attention rule changes. It
+was not trained after the conversion.
+
+{markdown_table(["", ""], rows)}
+{markdown_table(["", ""], _model_rows(model_config))}
+## Verification
+
+{_verification_text(summary)}
+
+## How to use
+
+{_usage_of_converted(model_config, name, masked_lm)}
+## Citation
+
+BlockBERT: "Blockwise Self-Attention for Long Document Understanding", Qiu et al., Findings of EMNLP 2020.
+
+{CITATION}"""
+    return assemble_card(data, body)
+
+
+def _listed(label: str, names: Sequence[str]) -> str:
+    return f"{label} {', '.join(f'`{name}`' for name in names)}" if names else ""
+
+
+def _verification_text(summary: Mapping) -> str:
+    checks = summary.get("verification")
+    if checks is None:
+        return "Skipped (`--skip_verification`): nothing checked that the converted weights reproduce the source."
+    rows = []
+    for check in checks:
+        verdict = "reported" if check["tolerance"] is None else ("pass" if check["passed"] else "FAIL")
+        limit = "-" if check["tolerance"] is None else f"{check['tolerance']:.0e}"
+        lengths = f"{len(check['lengths'])} inputs of {min(check['lengths'])}-{max(check['lengths'])} tokens"
+        rows.append([check["check"], f"{check['max_abs_diff']:.2e}", limit, verdict, lengths])
+    header = ["check", "max abs difference", "limit", "verdict", "inputs"]
+    return "Source and converted model on real text, float32:\n\n" + markdown_table(header, rows)
+
+
+def _usage_of_converted(config, name: str, masked_lm: bool) -> str:
+    model_class = "AutoModelForMaskedLM" if masked_lm else "AutoModel"
+    code = (
+        f"from transformers import AutoTokenizer, {model_class}\n\n"
+        f'model = {model_class}.from_pretrained("path/to/{name}", trust_remote_code=True)\n'
+        f'tokenizer = AutoTokenizer.from_pretrained("path/to/{name}", trust_remote_code=True)'
+    )
+    return (
+        "The folder carries its model's code, which is not part of transformers: loading it needs "
+        f"`trust_remote_code=True`. Fine-tune it with `examples/run_qa.py` or `examples/run_mlm.py`.\n\n"
+        f"```python\n{code}\n```\n"
+    )
+
+
 __all__ = [
     "CARD_FILE",
     "CITATION",
@@ -449,9 +571,12 @@ __all__ = [
     "RunDescription",
     "assemble_card",
     "build_model_card",
+    "conversion_model_card",
     "is_hub_id",
+    "lineage_base_model",
     "markdown_table",
     "mlm_model_card",
     "qa_model_card",
+    "recorded_base_model",
     "write_model_card",
 ]

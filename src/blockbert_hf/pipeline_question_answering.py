@@ -160,6 +160,16 @@ def _best_first(scores: np.ndarray, candidates: int) -> Iterator[int]:
         yield from valid[np.argsort(-scores[valid], kind="stable")]
 
 
+# A character a reader sees: not whitespace, not a control character, not an invisible one such as U+200B ZERO WIDTH
+# SPACE or U+2060 WORD JOINER (Unicode's default ignorable code points), which `str.strip` keeps.
+_VISIBLE_CHARACTER = regex.compile(r"[^\s\p{Cc}\p{Default_Ignorable_Code_Point}]")
+
+
+def has_visible_text(text: str) -> bool:
+    """Whether `text` holds a character a reader sees (`_VISIBLE_CHARACTER`)."""
+    return _VISIBLE_CHARACTER.search(text) is not None
+
+
 @functools.lru_cache(maxsize=8)
 def _grapheme_boundaries(context: str) -> list[int]:
     """Where the grapheme clusters of `context` start, and its length; cached since the questions of one document
@@ -169,13 +179,14 @@ def _grapheme_boundaries(context: str) -> list[int]:
 
 def whole_character_spans(context: str) -> Callable[[int, int], tuple[int, int] | None]:
     """`answer_span` for `best_window_spans`: widens `(char_start, char_end)` to whole grapheme clusters of `context`
-    (a token may end before a combining accent or inside an emoji sequence), and skips whitespace-only spans."""
+    (a token may end before a combining accent or inside an emoji sequence), and skips spans with no visible character
+    (whitespace or invisible characters such as U+200B only)."""
     boundaries = _grapheme_boundaries(context)
 
     def answer_span(char_start: int, char_end: int) -> tuple[int, int] | None:
         char_start = boundaries[max(bisect.bisect_right(boundaries, char_start) - 1, 0)]
         char_end = boundaries[min(bisect.bisect_left(boundaries, char_end), len(boundaries) - 1)]
-        return (char_start, char_end) if context[char_start:char_end].strip() else None
+        return (char_start, char_end) if has_visible_text(context[char_start:char_end]) else None
 
     return answer_span
 
@@ -190,16 +201,38 @@ def check_window_scoring(window_scoring: str) -> str:
     return window_scoring
 
 
+_SETTINGS_SOURCE = f'config.{QA_SETTINGS_ATTRIBUTE} (the "{QA_SETTINGS_ATTRIBUTE}" field of the model\'s config.json)'
+
+
 def qa_settings(config) -> dict:
     """What a model config records about question answering (`config.question_answering`, e.g. the window scoring
-    rule it was fine-tuned for), or an empty dict."""
+    rule it was fine-tuned for), or an empty dict; a `ValueError` when it is not a dict."""
     settings = getattr(config, QA_SETTINGS_ATTRIBUTE, None)
-    return dict(settings) if isinstance(settings, dict) else {}
+    if settings is None:
+        return {}
+    if not isinstance(settings, dict):
+        raise ValueError(
+            f"{_SETTINGS_SOURCE} is {settings!r:.100}, not a dict such as {{'window_scoring': 'null_relative'}}: "
+            "correct or remove the field."
+        )
+    return dict(settings)
+
+
+def _recorded_setting(config, name: str, default: str, allowed: Sequence[str]) -> str:
+    """The setting `name` of `qa_settings`, else `default`; a `ValueError` naming config.json when it is not one of
+    `allowed`."""
+    value = qa_settings(config).get(name, default)
+    if value not in allowed:
+        raise ValueError(
+            f"{_SETTINGS_SOURCE} records {name} = {value!r}, which is not one of {tuple(allowed)}: correct the field, "
+            f"or pass {name}= to override it."
+        )
+    return value
 
 
 def model_window_scoring(config) -> str:
     """The window scoring rule a model was fine-tuned for (`config.question_answering`), else the default."""
-    return check_window_scoring(qa_settings(config).get("window_scoring", DEFAULT_WINDOW_SCORING))
+    return _recorded_setting(config, "window_scoring", DEFAULT_WINDOW_SCORING, WINDOW_SCORING_RULES)
 
 
 def check_window_layout(window_layout: str) -> str:
@@ -218,7 +251,10 @@ def resolve_window_layout(config, window_layout: str | None = None) -> tuple[str
     (`config.question_answering["window_layout"]`), else `"question_first"`. The block size is None for
     `"question_first"`; for `"question_prefixed_blocks"` it is the model's block size (`config.effective_block_size`
     of a BlockBERT model), else `config.question_answering["block_size"]`, else a `ValueError`."""
-    layout = check_window_layout(window_layout or qa_settings(config).get("window_layout", DEFAULT_WINDOW_LAYOUT))
+    if window_layout:
+        layout = check_window_layout(window_layout)
+    else:
+        layout = _recorded_setting(config, "window_layout", DEFAULT_WINDOW_LAYOUT, WINDOW_LAYOUTS)
     if layout == DEFAULT_WINDOW_LAYOUT:
         return layout, None
     block_size = getattr(config, "effective_block_size", None) or qa_settings(config).get("block_size")
@@ -579,16 +615,17 @@ def _block_windows(tokenizer, questions, contexts, max_seq_len, doc_stride, bloc
 
 
 def max_seq_len_limit(model, tokenizer) -> int | None:
-    """The longest window the model and tokenizer are known to take: BlockBERT's N (`config.max_sequence_length`)
-    and the tokenizer's `model_max_length`, whichever is smaller; None when neither is recorded."""
-    limits = []
+    """The longest window the model takes: BlockBERT's N (`config.max_sequence_length`), else the tokenizer's
+    `model_max_length`; None when neither is recorded. The model's N wins: it changes when the model is loaded with
+    other blocks (`num_blocks=` with block-relative positions), and the saved tokenizer records the N it was saved
+    with."""
     model_length = getattr(model.config, "max_sequence_length", None)
     if model_length:
-        limits.append(int(model_length))
+        return int(model_length)
     tokenizer_length = getattr(tokenizer, "model_max_length", None)
     if tokenizer_length and tokenizer_length < _NO_LENGTH_LIMIT:
-        limits.append(int(tokenizer_length))
-    return min(limits) if limits else None
+        return int(tokenizer_length)
+    return None
 
 
 def default_max_seq_len(model, tokenizer) -> int:
@@ -607,6 +644,15 @@ def _checked_int(name: str, value, minimum: int) -> int:
         wanted = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
         raise ValueError(f"{name} must be {wanted}, got {value!r}.")
     return int(value)
+
+
+def _text_list(name: str, value) -> list:
+    """`value` (one text or a non-empty list of them) as a list; the texts themselves are checked per example."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (list, tuple)) and value:
+        return list(value)
+    raise ValueError(f"{name} must be a string or a non-empty list of strings, got {value!r:.200}.")
 
 
 @dataclass
@@ -671,14 +717,18 @@ class ExtractiveQuestionAnsweringPipeline(ChunkPipeline):
                     "Pass {'question': ..., 'context': ...} (or a list of them), or question= and context=."
                 )
             inputs = self._pair_inputs(question, context)
+        if isinstance(inputs, list) and not inputs:
+            raise ValueError("Got an empty list of inputs: pass {'question': ..., 'context': ...} or a list of them.")
+        if isinstance(inputs, (dict, list)):  # every example, before the first one runs through the model
+            for example in [inputs] if isinstance(inputs, dict) else inputs:
+                self._check_example(example)
         return super().__call__(inputs, **kwargs)
 
     @staticmethod
     def _pair_inputs(question, context):
         if isinstance(question, str) and isinstance(context, str):
             return {"question": question, "context": context}
-        questions = [question] if isinstance(question, str) else list(question)
-        contexts = [context] if isinstance(context, str) else list(context)
+        questions, contexts = _text_list("question", question), _text_list("context", context)
         if len(questions) == 1:
             questions = questions * len(contexts)
         if len(contexts) == 1:
@@ -740,6 +790,12 @@ class ExtractiveQuestionAnsweringPipeline(ChunkPipeline):
             postprocess_params["null_score_diff_threshold"] = float(null_score_diff_threshold)
         if window_scoring is not None:
             postprocess_params["window_scoring"] = check_window_scoring(window_scoring)
+        # What config.question_answering records is used where no argument overrides it: check it now, at
+        # construction and at every call, before any window runs.
+        if "window_scoring" not in {**getattr(self, "_postprocess_params", {}), **postprocess_params}:
+            model_window_scoring(self.model.config)
+        if "window_layout" not in {**getattr(self, "_preprocess_params", {}), **preprocess_params}:
+            resolve_window_layout(self.model.config)
         return preprocess_params, {}, postprocess_params
 
     @staticmethod
@@ -747,10 +803,14 @@ class ExtractiveQuestionAnsweringPipeline(ChunkPipeline):
         if not isinstance(example, dict) or "question" not in example or "context" not in example:
             raise ValueError(f"Each input must be a dict with 'question' and 'context' keys, got {example!r:.200}.")
         question, context = example["question"], example["context"]
-        if not isinstance(question, str) or not question.strip():
-            raise ValueError(f"The question is empty or not a string: {question!r:.200}.")
-        if not isinstance(context, str) or not context.strip():
-            raise ValueError(f"The context is empty or not a string (question: {question!r:.200}).")
+        for name, text in (("question", question), ("context", context)):
+            if not isinstance(text, str):
+                raise ValueError(f"The {name} is not a string: {text!r:.200}.")
+            if not has_visible_text(text):
+                raise ValueError(
+                    f"The {name} is empty: it has no visible character, only whitespace or invisible characters such "
+                    f"as U+200B (got {text!r:.200})."
+                )
         return question, context
 
     def preprocess(self, example, doc_stride=None, max_seq_len=None, window_layout=None):
@@ -843,6 +903,7 @@ __all__ = [
     "check_window_scoring",
     "context_offsets",
     "default_max_seq_len",
+    "has_visible_text",
     "max_seq_len_limit",
     "model_window_layout",
     "model_window_scoring",

@@ -7,17 +7,23 @@ An output folder of a run holds:
   `trainer_state.json` (step, data position, metrics lines, the run's arguments), written atomically;
 - `metrics.jsonl`: one JSON record per line (`MetricsLog`).
 
-The guards run before any work: `check_launch` (a multi-process launch that Accelerate runs as one process), and
-`check_output_dir` (an output folder that is or holds an input of the run, one of another run, a finished run, or a
-resume with changed arguments).
+The guards run before any work: `check_at_least` / `check_positive` / `check_in_range` (option values, named in the
+error), `check_input_paths` (local inputs that do not exist), `check_launch` (a multi-process launch that Accelerate
+runs as one process), and `check_output_dir` (an output folder that is a file, is or holds an input of the run, is one
+of another run, a finished run, or a resume with changed arguments or without a usable checkpoint).
+
+The options the scripts share: `--report_to` (`trackers`), `--gradient_checkpointing` (`enable_gradient_checkpointing`),
+`--push_to_hub` / `--hub_model_id` (`hub_repo_id`, checked before any work, and `push_folder_to_hub`).
 """
 
 import argparse
 import gc
+import importlib.util
 import json
 import math
 import os
 import shutil
+import zipfile
 from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -29,6 +35,9 @@ require_extra("blockbert_hf.training", "train", TRAIN_EXTRA)
 
 import torch  # noqa: E402
 from accelerate.logging import get_logger  # noqa: E402
+from huggingface_hub import HfApi  # noqa: E402
+from huggingface_hub.utils import HFValidationError, validate_repo_id  # noqa: E402
+from safetensors import SafetensorError, safe_open  # noqa: E402
 from transformers import get_scheduler  # noqa: E402
 from transformers.trainer_pt_utils import get_parameter_names  # noqa: E402
 
@@ -55,8 +64,105 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# Options the training scripts share: trackers, activation checkpointing, publishing to the Hub
+# ---------------------------------------------------------------------------------------------------------------------
+
+REPORT_TO_CHOICES = ("auto", "tensorboard", "none")
+REPORT_TO_HELP = "where Accelerate logs the metrics too: tensorboard, none, or auto (tensorboard if installed)"
+GRADIENT_CHECKPOINTING_HELP = (
+    "recompute each layer's activations in the backward pass (transformers' activation checkpointing): less memory, "
+    "about a third more compute, the same gradients"
+)
+PUSH_TO_HUB_HELP = (
+    "upload the finished model folder to the Hub (--hub_model_id, default the output folder's name), as transformers' "
+    "*_no_trainer examples do; log in first (`hf auth login`)"
+)
+HUB_MODEL_ID_HELP = "the Hub repository of --push_to_hub, e.g. user/blockbert-squad (created if missing)"
+
+
+def trackers(report_to: str) -> list[str] | None:
+    """Accelerate's `log_with` for `--report_to`: None for `none`, TensorBoard for `auto` where it is installed."""
+    if report_to not in REPORT_TO_CHOICES:
+        raise ValueError(f"--report_to must be one of {', '.join(REPORT_TO_CHOICES)}, got {report_to!r}.")
+    if report_to == "none":
+        return None
+    if report_to == "auto":
+        return ["tensorboard"] if importlib.util.find_spec("tensorboard") is not None else None
+    if importlib.util.find_spec("tensorboard") is None:
+        raise ValueError("--report_to tensorboard needs the tensorboard package: pip install tensorboard.")
+    return [report_to]
+
+
+def enable_gradient_checkpointing(model) -> None:
+    """Activation checkpointing of every layer (`--gradient_checkpointing`), refused for a model without it."""
+    if not getattr(model, "supports_gradient_checkpointing", False):
+        raise ValueError(f"--gradient_checkpointing: {type(model).__name__} does not support activation checkpointing.")
+    model.activation_checkpointing_enable()
+
+
+def hub_repo_id(hub_model_id: str | None, output_dir: str | os.PathLike) -> str:
+    """The repository `--push_to_hub` uploads to (`--hub_model_id`, else the output folder's name, as transformers'
+    examples), checked before any work."""
+    repo_id = hub_model_id or Path(output_dir).resolve().name
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as error:
+        option = "--hub_model_id" if hub_model_id else "--push_to_hub (the output folder's name as repository id)"
+        raise ValueError(f"{option} {repo_id!r} is not a Hub repository id: {error}") from None
+    return repo_id
+
+
+def push_folder_to_hub(folder: str | os.PathLike, repo_id: str, commit_message: str = "End of training") -> str:
+    """Uploads a finished model folder as it was saved (weights, config, code, tokenizer, card) with
+    `HfApi.upload_folder`, creating the repository if needed; returns the repository id the Hub gave."""
+    api = HfApi()
+    repo_id = api.create_repo(repo_id, exist_ok=True).repo_id
+    api.upload_folder(folder_path=str(folder), repo_id=repo_id, repo_type="model", commit_message=commit_message)
+    logger.info(f"Uploaded {folder} to the Hub repository {repo_id}.")
+    return repo_id
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 # Guards
 # ---------------------------------------------------------------------------------------------------------------------
+
+
+def check_at_least(minimum: int, options: Mapping[str, int | float | None], hint: str = "") -> None:
+    """Refuses the first of `options` (option name -> value; None: unset) below `minimum`, naming it."""
+    for name, value in options.items():
+        if value is not None and not value >= minimum:
+            raise ValueError(f"{name} must be at least {minimum}, got {value}{hint}.")
+
+
+def check_positive(options: Mapping[str, float | None], hint: str = "") -> None:
+    """Refuses the first of `options` (option name -> value; None: unset) that is not a finite number > 0."""
+    for name, value in options.items():
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise ValueError(f"{name} must be a number > 0, got {value}{hint}.")
+
+
+def check_in_range(options: Mapping[str, float | None], low: float, high: float, high_included: bool = True) -> None:
+    """Refuses the first of `options` (option name -> value; None: unset) outside `[low, high]` (`[low, high)`)."""
+    for name, value in options.items():
+        if value is not None and not (low <= value <= high and (high_included or value < high)):
+            raise ValueError(f"{name} must be in [{low}, {high}{']' if high_included else ')'}, got {value}.")
+
+
+def check_input_paths(files: Mapping[str, str | os.PathLike | list | None], models: Mapping[str, str | None]) -> None:
+    """Refuses, naming the option, `files` (option name -> path or list of paths) that do not exist, and `models`
+    (option name -> folder or Hub id) that are neither an existing path nor a valid Hub id (a valid id that is not
+    local is left to transformers, which may find it in its cache)."""
+    for name, paths in files.items():
+        for path in paths if isinstance(paths, (list, tuple)) else [paths]:
+            if path is not None and not os.path.exists(path):
+                raise ValueError(f"{name} {path} does not exist.")
+    for name, path in models.items():
+        if path is None or os.path.exists(path):
+            continue
+        try:
+            validate_repo_id(str(path))
+        except HFValidationError:
+            raise ValueError(f"{name} {path}: no such folder (nor a Hub model id).") from None
 
 
 def check_launch(accelerator, script: str) -> None:
@@ -165,18 +271,22 @@ def check_output_dir(
 
     Every run refuses an `output_dir` that is or holds one of `inputs` (option name -> path, e.g. the starting model:
     the run would write over it, and `--overwrite_output_dir` delete it; `OutputOverwritesInputError`). A fresh run
-    refuses a folder whose `run_args.json` differs from `run_args` (naming the arguments), one that holds a finished
-    run, checkpoints, or outputs without `run_args.json`. `overwrite` (`--overwrite_output_dir`) and
-    `resume_from` (`--resume`: "latest" or a checkpoint folder) are the explicit choices; a resume refuses arguments
-    that differ from the checkpoint's run (other than `layout.resume_safe`) instead of ignoring them."""
+    refuses a folder whose `run_args.json` differs from `run_args` (naming the arguments) once that run trained (it
+    left a checkpoint, a logged step or a finished output: a run refused or failed before training does not block its
+    own retry), one that holds a finished run, checkpoints, or outputs without `run_args.json`; every run refuses an
+    `output_dir` that is a file. `overwrite` (`--overwrite_output_dir`) and `resume_from` (`--resume`: "latest" or a
+    checkpoint folder) are the explicit choices; a resume refuses arguments that differ from the checkpoint's run
+    (other than `layout.resume_safe`) instead of ignoring them."""
     output_dir = Path(output_dir)
     if overwrite and resume_from:
         raise OutputDirError("--overwrite_output_dir starts over and --resume continues: pass one of them.")
+    if output_dir.exists() and not output_dir.is_dir():
+        raise OutputDirError(f"--output_dir {output_dir} is a file: choose a folder (a new or an empty one).")
     saved = _read_json(output_dir / RUN_ARGS_FILE)
     fresh = not (overwrite or resume_from)
     if fresh and saved is not None:
         differing = differing_arguments(saved, run_args, layout.resume_safe)
-        if differing:
+        if differing and _trained_in(output_dir, layout):
             raise OutputDirError(
                 f"{output_dir} holds a run with other arguments ({_describe(differing)}): pass "
                 "--overwrite_output_dir to replace it, or choose another --output_dir."
@@ -204,6 +314,14 @@ def check_output_dir(
             "--overwrite_output_dir to start over."
         )
     return None
+
+
+def _trained_in(output_dir: Path, layout: OutputLayout) -> bool:
+    """Whether the run of `output_dir` trained: it left a checkpoint, a logged step or a finished output. What a run
+    writes before training (a tokenizer, the opened metrics log) a fresh run writes anew."""
+    metrics = output_dir / METRICS_FILE
+    logged = metrics.is_file() and metrics.stat().st_size > 0
+    return logged or bool(list_checkpoints(output_dir)) or any((output_dir / name).exists() for name in layout.finished)
 
 
 def _check_resume(output_dir: Path, saved: Mapping | None, run_args: Mapping, layout: OutputLayout, which: str) -> Path:
@@ -256,17 +374,57 @@ def list_checkpoints(output_dir: str | os.PathLike) -> list[Path]:
     return sorted(found, key=lambda path: int(path.name[5:]))
 
 
+def checkpoint_problem(checkpoint: str | os.PathLike) -> str | None:
+    """Why `checkpoint` cannot be resumed from, or None: a missing or broken `trainer_state.json`, or a file cut
+    short (safetensors weights whose header does not cover the file, a PyTorch file without its zip directory, as
+    `Accelerator.save_state` writes them). Reads headers, not the tensors."""
+    checkpoint = Path(checkpoint)
+    try:
+        state = read_trainer_state(checkpoint)
+    except FileNotFoundError:
+        return f"no {TRAINER_STATE}"
+    except (OSError, ValueError) as error:
+        return f"{TRAINER_STATE} is not readable JSON ({error})"
+    if not isinstance(state, dict) or not isinstance(state.get("step"), int):
+        return f"{TRAINER_STATE} records no step"
+    for path in sorted(checkpoint.iterdir()):
+        try:
+            if path.suffix == ".safetensors":
+                with safe_open(path, "pt"):
+                    pass
+            elif path.suffix in (".bin", ".pkl", ".pt", ".pth"):
+                with zipfile.ZipFile(path):
+                    pass
+        except (OSError, SafetensorError, zipfile.BadZipFile) as error:
+            return f"{path.name} is cut short or corrupted ({error})"
+    return None
+
+
 def resolve_checkpoint(output_dir: str | os.PathLike, which: str) -> Path:
-    """`which`: "latest" (the newest complete checkpoint in `output_dir`) or a checkpoint folder."""
-    if which == "latest":
-        checkpoints = list_checkpoints(output_dir)
-        if not checkpoints:
-            raise OutputDirError(f"Cannot resume: no complete checkpoint in {Path(output_dir) / CHECKPOINTS_DIR}.")
-        return checkpoints[-1]
-    path = Path(which)
-    if not (path / TRAINER_STATE).is_file():
-        raise OutputDirError(f"Cannot resume from {path}: it is not a complete checkpoint (no {TRAINER_STATE}).")
-    return path
+    """`which`: "latest" (the newest usable checkpoint in `output_dir`: a corrupted newer one, e.g. cut short by a
+    full disk, is skipped with a warning that says why) or a checkpoint folder (refused when it is not usable)."""
+    if which != "latest":
+        path = Path(which)
+        problem = checkpoint_problem(path)
+        if problem is not None:
+            raise OutputDirError(f"Cannot resume from {path}: {problem}.")
+        return path
+    checkpoints = list_checkpoints(output_dir)
+    if not checkpoints:
+        raise OutputDirError(f"Cannot resume: no complete checkpoint in {Path(output_dir) / CHECKPOINTS_DIR}.")
+    skipped = []
+    for checkpoint in reversed(checkpoints):
+        problem = checkpoint_problem(checkpoint)
+        if problem is None:
+            for path, why in skipped:
+                logger.warning(f"Skipped checkpoint {path}: {why}. Resuming from {checkpoint}.", main_process_only=True)
+            return checkpoint
+        skipped.append((checkpoint, problem))
+    reasons = "; ".join(f"{path.name}: {why}" for path, why in skipped)
+    raise OutputDirError(
+        f"Cannot resume: no usable checkpoint in {Path(output_dir) / CHECKPOINTS_DIR} ({reasons}). Start over with "
+        "--overwrite_output_dir."
+    )
 
 
 def read_trainer_state(checkpoint: str | os.PathLike) -> dict:
@@ -433,6 +591,11 @@ def check_finite(accelerator, output_dir: str | os.PathLike, step: int, loss: fl
 
 
 __all__ = [
+    "GRADIENT_CHECKPOINTING_HELP",
+    "HUB_MODEL_ID_HELP",
+    "PUSH_TO_HUB_HELP",
+    "REPORT_TO_CHOICES",
+    "REPORT_TO_HELP",
     "HelpFormatter",
     "CHECKPOINTS_DIR",
     "METRICS_FILE",
@@ -442,16 +605,24 @@ __all__ = [
     "NonFiniteLossError",
     "OutputDirError",
     "OutputLayout",
+    "check_at_least",
     "check_finite",
+    "check_in_range",
+    "check_input_paths",
     "check_launch",
     "check_output_dir",
+    "check_positive",
+    "checkpoint_problem",
     "checkpoint_to_resume",
     "claim_output_dir",
     "create_optimizer",
     "create_scheduler",
     "decay_parameter_names",
     "differing_arguments",
+    "enable_gradient_checkpointing",
+    "hub_repo_id",
     "list_checkpoints",
+    "push_folder_to_hub",
     "load_checkpoint",
     "read_metrics",
     "read_trainer_state",
@@ -460,5 +631,6 @@ __all__ = [
     "run_arguments",
     "save_checkpoint",
     "step_scheduler",
+    "trackers",
     "warmup_steps",
 ]

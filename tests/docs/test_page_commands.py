@@ -112,7 +112,7 @@ def test_every_page_has_commands_to_check():
 def test_the_command_checks_catch_mistakes():
     commands = page_commands(
         "```bash\n"
-        "python examples/convert_roberta_to_blockbert.py SRC OUT \\\n    --heads_per_shift 10:2\n"
+        "python examples/convert_roberta_to_blockbert.py SRC OUT \\\n    --heads_per_block 10:2\n"
         "make tset  # `make format` fixes\n"
         "# two processes: ACCELERATE_USE_CPU=1 accelerate launch --num_procs 2 examples/run_mlm.py ...\n"
         "```\n\n"
@@ -121,7 +121,7 @@ def test_the_command_checks_catch_mistakes():
     )
     assert [command.line for command in commands] == [2, 4, 4, 5, 8, 8, 9]
     problems = [command_problem(command) for command in commands]
-    assert "unrecognized arguments: --heads_per_shift 10:2" in problems[0]
+    assert "unrecognized arguments: --heads_per_block 10:2" in problems[0]
     assert problems[1:3] == ["no Makefile target tset", None]  # `make format` is a target
     assert "unrecognized arguments: --num_procs" in problems[3]
     assert problems[4] == "setup.cfg has no extra exprot"

@@ -73,7 +73,7 @@ def test_recipe_cards_state_the_configuration_and_the_commands():
     card = recipe_card(PAPER_CONFIGURATIONS["blockbert-base-n3"])
     assert card.data.base_model == "FacebookAI/roberta-base" and card.data.eval_results is None
     assert "no-weights-published" in card.data.tags and "No weights published" in card.text
-    assert "--num_blocks 3 --heads 8:2:2 --max_seq_length 512" in card.text  # the converter's flags
+    assert "--num_blocks 3 --heads_per_shift 8:2:2 --max_seq_length 512" in card.text  # the converter's flags
     assert "--tokens_per_batch 131072" in card.text and "--learning_rate 2.5e-4" in card.text  # run_mlm's
     assert "b = 171 tokens" in card.text and "trust_remote_code=True" in card.text
     long = recipe_card(PAPER_CONFIGURATIONS["blockbert-base-n2-1024"])

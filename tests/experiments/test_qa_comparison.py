@@ -35,6 +35,7 @@ from blockbert_experiments.qa_comparison import runner as comparison_runner
 from blockbert_experiments.qa_comparison.grid import (
     EPOCHS_GRID,
     LAYOUT_GRID,
+    OBJECTIVE_GRID,
     RECIPE_GRID,
     Recipe,
     cell_recipe,
@@ -46,6 +47,7 @@ from blockbert_experiments.qa_comparison.recipe_report import (
     apply_recipe_choice,
     epochs_choice,
     layout_choice,
+    objective_choice,
     recipe_choice,
     write_recipe_report,
 )
@@ -192,6 +194,9 @@ def test_a_cell_may_lay_out_windows_in_blocks_count_positions_per_block_and_eval
     assert "--do_eval" in args and options["--validation_file"].endswith("dev_article.json")
     plain_args = train_args(config, plain, manifest, train_minutes=10.0)
     assert "--window_layout" not in plain_args and "--do_eval" not in plain_args
+    question_first = replace(cell, name="dev_long_first", window_layout="question_first")
+    first_args = train_args(config, question_first, manifest, train_minutes=10.0)
+    assert dict(zip(first_args, first_args[1:]))["--window_layout"] == "question_first"  # not run_qa's default
 
 
 def _screened(learning_rate: float, dev_f1: dict[str, dict[str, float]], epochs: float = 1.0) -> dict:
@@ -286,6 +291,66 @@ def test_the_layout_runs_at_n1024_differ_only_in_layout_and_the_choice_takes_the
     assert layout_choice(runs, None) is None
 
 
+def test_the_objective_runs_differ_only_in_objective_and_the_long_models_take_the_chosen_one():
+    config = ComparisonConfig(learning_rate=3e-4, num_train_epochs=4.0, negative_window_rate=1.0)
+    window, per_block = OBJECTIVE_GRID
+    assert [cell_recipe(config, cell) for cell in OBJECTIVE_GRID] == [Recipe(3e-4, 4.0, 0.08)] * 2  # the run's
+    assert (window.qa_objective, per_block.qa_objective) == ("window", "per_block")
+    shared = {"qa_objective", "name"}
+    assert {k: v for k, v in vars(window).items() if k not in shared} == {
+        k: v for k, v in vars(per_block).items() if k not in shared
+    }
+    assert (window.max_seq_length, window.num_blocks, window.heads_per_shift, window.eval_half) == (
+        1024, 2, "10:2", "dev"
+    )  # fmt: skip
+    assert (window.window_layout, window.block_relative_positions) == ("question_prefixed_blocks", True)
+    assert window.model_name == LAYOUT_GRID[1].model_name  # the layout run's converted model
+    manifest = {
+        "sets": {
+            "train_article": {"file": "train_article.json", "half": "first", "questions": 10, "target_tokens": None},
+            "dev_article": {"file": "dev_article.json", "half": "dev", "questions": 3, "target_tokens": None},
+        }
+    }
+    args = train_args(config, per_block, manifest, train_minutes=10.0)
+    assert dict(zip(args, args[1:]))["--qa_objective"] == "per_block" and "--qa_objective" not in train_args(
+        config, window, manifest, train_minutes=10.0
+    )
+    # the evaluations take the objective the trained model records
+    assert "--qa_objective" not in eval_args(config, per_block, manifest, "dev_article")
+    assert "per-block objective" in per_block.label and "objective" not in window.label
+
+    chosen = ComparisonConfig(
+        long_window_layout="question_prefixed_blocks", long_block_relative_positions=True, long_qa_objective="per_block"
+    )
+    objectives = {cell.name: cell.qa_objective for cell in grid_cells(chosen)}
+    assert [name for name, objective in objectives.items() if objective == "per_block"] == [
+        "n1024_n2_10-2",
+        "n2048_n4_6-2-2-2",
+    ]
+    with pytest.raises(ValueError, match="--long_qa_objective per_block .* needs --long_window_layout"):
+        grid_cells(ComparisonConfig(long_qa_objective="per_block"))
+    with pytest.raises(ValueError, match="qa_objective='block' is unknown"):
+        grid_cells(ComparisonConfig(long_qa_objective="block"))
+
+    def run(cell, rate, epochs, relative, raw):
+        sets = ("dev_paragraph", "dev_window_512", "dev_article")
+        results = _screened(rate, {name: {"null_relative": relative, "raw": raw} for name in sets}, epochs=epochs)
+        results["cell"] = {"qa_objective": cell.qa_objective}
+        return results
+
+    choice = {"cell": "dev_n512_full_lr0.0003", "learning_rate": 3e-4, "window_scoring": "raw"}
+    epochs = {"cell": "dev_n512_full_ep4", "num_train_epochs": 3.0, "dev_window_512_f1": 50.0}
+    runs = {window.name: run(window, 3e-4, 3.0, 60.0, 40.0)}
+    assert objective_choice(runs, choice, epochs) is None  # the other objective has no results yet
+    runs[per_block.name] = run(per_block, 3e-4, 4.0, 30.0, 50.0)  # another epoch count's run does not count
+    assert objective_choice(runs, choice, epochs) is None
+    runs[per_block.name] = run(per_block, 3e-4, 3.0, 30.0, 45.0)  # better under raw, the chosen rule
+    assert objective_choice(runs, choice, epochs) == {"cell": per_block.name, "qa_objective": "per_block"}
+    runs[per_block.name] = run(per_block, 3e-4, 3.0, 30.0, 40.0)
+    assert objective_choice(runs, choice, epochs)["qa_objective"] == "window"  # a tie goes to the window objective
+    assert objective_choice(runs, choice, None) is None and objective_choice(runs, None, epochs) is None
+
+
 def test_the_recipe_report_tables_the_screening_then_the_epoch_curve_and_states_both_choices(tmp_path):
     measured = json.loads((REPO_ROOT / "docs" / "qa_recipe" / "dev_n512_full_lr0.0001" / "results.json").read_text())
 
@@ -293,7 +358,10 @@ def test_the_recipe_report_tables_the_screening_then_the_epoch_curve_and_states_
         results = copy.deepcopy(measured)
         results["train"]["resumed_attempts"] = resumed
         results["cell"].update(
-            name=cell.name, window_layout=cell.window_layout, block_relative_positions=cell.block_relative_positions
+            name=cell.name,
+            window_layout=cell.window_layout,
+            block_relative_positions=cell.block_relative_positions,
+            qa_objective=cell.qa_objective,
         )
         results["recipe"].update(learning_rate=learning_rate, num_train_epochs=epochs)
         for entry in results["sets"].values():
@@ -315,7 +383,8 @@ def test_the_recipe_report_tables_the_screening_then_the_epoch_curve_and_states_
     assert "| dev_n512_full_lr0.0001 | 0.0001 | 1 | 1.300 | 114 | bf16 autocast |" in text
     write(EPOCHS_GRID[0], 2e-4, 4.0, 54.0, after_each_epoch=(45.0, 52.0, 55.0, 53.0), resumed=1)
     report = write_recipe_report(config)
-    assert report["epochs"]["num_train_epochs"] == 3.0 and report["pending"] == [c.name for c in LAYOUT_GRID]
+    assert report["epochs"]["num_train_epochs"] == 3.0
+    assert report["pending"] == [c.name for c in LAYOUT_GRID + OBJECTIVE_GRID]
     epochs_part = (tmp_path / "README.md").read_text().split("## Epochs")[1]
     # the training loss logged last before each evaluation (the measured curve logs every 50 steps)
     assert "| dev_n512_full_ep4 | 3 | 750 | 1.452 | 2.500 | 45.0 | 55.0 |" in epochs_part
@@ -330,10 +399,16 @@ def test_the_recipe_report_tables_the_screening_then_the_epoch_curve_and_states_
     for cell, f1 in zip(LAYOUT_GRID, (48.0, 51.0)):
         write(cell, 2e-4, 1.0, f1)
     report = write_recipe_report(config)
-    assert report["layout"]["cell"] == "dev_n1024_n2_prefixed_blocks" and not report["pending"]
+    assert report["layout"]["cell"] == "dev_n1024_n2_prefixed_blocks"
+    assert report["pending"] == [c.name for c in OBJECTIVE_GRID] and report["objective"] is None
     layout_part = (tmp_path / "README.md").read_text().split("## The long model's window layout")[1]
     assert "| dev_n1024_n2_question_first | 0.0002 | 1 |" in layout_part
     assert "**Choice**: `question_prefixed_blocks`, positions restarting in every block." in layout_part
+    # The objective's rule is written before its runs, with the command that runs them on the recipe chosen here.
+    objective_part = layout_part.split("## The long model's training objective")[1]
+    assert "A tie goes to `window`. Fixed before either run." in objective_part
+    assert "No objective run has results yet." in objective_part and "**Choice**: not yet" in objective_part
+    assert f"run --grid objective --recipe_dir {tmp_path} --data_dir $DATA_DIR" in objective_part
     # The comparison then trains on the recipe chosen here.
     chosen = apply_recipe_choice(comparison)
     assert (chosen.learning_rate, chosen.num_train_epochs, chosen.window_scoring) == (
@@ -342,13 +417,23 @@ def test_the_recipe_report_tables_the_screening_then_the_epoch_curve_and_states_
         report["choice"]["window_scoring"],
     )
     assert (chosen.long_window_layout, chosen.long_block_relative_positions) == ("question_prefixed_blocks", True)
+    assert chosen.long_qa_objective == "window"  # until the objective is chosen
+    for cell, f1 in zip(OBJECTIVE_GRID, (50.0, 52.0)):
+        write(cell, 2e-4, 3.0, f1)
+    report = write_recipe_report(config)
+    assert report["objective"] == {"cell": "dev_n1024_n2_objective_per_block", "qa_objective": "per_block"}
+    objective_part = (tmp_path / "README.md").read_text().split("## The long model's training objective")[1]
+    assert "| dev_n1024_n2_objective_per_block | 0.0002 | 3 |" in objective_part
+    assert "**Choice**: `per_block`." in objective_part and not report["pending"]
+    chosen = apply_recipe_choice(comparison)
+    assert chosen.long_qa_objective == "per_block"
     long_cell = next(cell for cell in grid_cells(chosen) if cell.name == "n1024_n2_10-2")
     manifest = {"sets": {"train_article": {"file": "a.json", "half": "first", "questions": 10, "target_tokens": None}}}
     args = train_args(chosen, long_cell, manifest, train_minutes=10.0)
     options = dict(zip(args, args[1:]))  # each word and the next: an option and its value
     assert options["--learning_rate"] == "0.0002" and options["--num_train_epochs"] == "3.0"
     assert options["--window_layout"] == "question_prefixed_blocks" and options["--negative_window_rate"] == "0.08"
-    assert options["--window_scoring"] == chosen.window_scoring
+    assert options["--window_scoring"] == chosen.window_scoring and options["--qa_objective"] == "per_block"
 
 
 def test_batch_sizes_keep_the_effective_batch_at_every_length():
@@ -578,6 +663,75 @@ def test_run_end_to_end_then_resume_redoes_only_what_is_missing(tiny_setup, monk
     cli = _load_cli()
     assert cli.main(["report", *_cli_args(root)]) == 0
     assert cli.main(["bogus"]) == 2
+
+
+@pytest.fixture(scope="module")
+def tiny_dev_setup(tiny_setup, tokenizer, tmp_path_factory):
+    """Dev sets for the recipe's grids: the sample's two articles and a renamed copy of each (first half: Sky and the
+    Jacksonville copy, the dev article), the tiny source of `tiny_setup`."""
+    root = tmp_path_factory.mktemp("qa_recipe")
+    data = json.loads(SQUAD_SAMPLE.read_text(encoding="utf-8"))
+    sky, jacksonville = data["data"]
+    copies = copy.deepcopy([jacksonville, sky])
+    for article in copies:
+        article["title"] += "_(copy)"
+        for paragraph in article["paragraphs"]:
+            for question in paragraph["qas"]:
+                question["id"] += "-copy"
+    data["data"] = [sky, copies[0], jacksonville, copies[1]]
+    (root / "four.json").write_text(json.dumps(data), encoding="utf-8")
+    sets = LongContextConfig(sets=["train_article", "dev"], dev_titles=["Jacksonville,_Florida_(copy)"])
+    build_long_context_sets(root / "four.json", root / "data", tokenizer, sets)
+    return root
+
+
+@pytest.mark.slow  # two fine-tunings of 4 epochs and six evaluations: about 30 s on two cores
+def test_the_objective_screen_runs_both_objectives_on_the_dev_articles_and_the_report_chooses(
+    tiny_dev_setup, tiny_setup, capsys
+):
+    """A dry run of `run --grid objective --recipe_dir` on a tiny model (N = 128, b = 64, heads 3:1): the recipe
+    folder holds the recipe chosen so far (the committed screening, epoch and layout runs), the two objective cells
+    train on its learning rate and epochs, and the report then chooses between them."""
+    recipe = tiny_dev_setup / "recipe"
+    shutil.copytree(REPO_ROOT / "docs" / "qa_recipe", recipe)
+    config = _config(
+        tiny_setup, data_dir=str(tiny_dev_setup / "data"), work_dir=str(tiny_dev_setup / "work"),
+        results_dir=str(recipe), recipe_dir=str(recipe), grid="objective", doc_stride=16, max_train_samples=4,
+        checkpoint_minutes=1e6,  # no checkpoint: this run is not resumed
+    )  # fmt: skip
+    config = apply_recipe_choice(config)
+    assert (config.learning_rate, config.num_train_epochs, config.long_qa_objective) == (2e-4, 4.0, "window")
+    tiny = [replace(cell, max_seq_length=128, heads_per_shift="3:1") for cell in OBJECTIVE_GRID]
+    assert run_comparison(config, tiny) == []
+
+    found = {cell.name: json.loads((recipe / cell.name / "results.json").read_text()) for cell in tiny}
+    for cell in tiny:
+        results = found[cell.name]
+        assert results["finished"] and results["cell"]["qa_objective"] == cell.qa_objective
+        assert set(results["sets"]) == {"dev_paragraph", "dev_window_512", "dev_article"}
+        assert (results["recipe"]["learning_rate"], results["recipe"]["num_train_epochs"]) == (2e-4, 4.0)
+        train_command = results["commands"][1]
+        assert ("--qa_objective per_block" in train_command) == (cell.qa_objective == "per_block")
+        assert "--window_layout question_prefixed_blocks" in train_command
+        trained = recipe.parent / "work" / "cells" / cell.name / "train" / "model" / "config.json"
+        assert json.loads(trained.read_text())["question_answering"]["qa_objective"] == cell.qa_objective
+    readme = (recipe / "README.md").read_text()
+    objective_part = readme.split("## The long model's training objective")[1]
+    assert all(f"| {cell.name} | 0.0002 | 4 |" in objective_part for cell in tiny)
+    means = {cell.name: _mean_dev_f1(found[cell.name]) for cell in tiny}
+    winner = max(tiny, key=lambda cell: (means[cell.name], cell.qa_objective == "window"))
+    assert f"**Choice**: `{winner.qa_objective}`." in objective_part
+    assert apply_recipe_choice(replace(config, grid="comparison")).long_qa_objective == winner.qa_objective
+
+    cli = _load_cli()
+    args = ["run", "--dry_run", "--grid", "objective", "--recipe_dir", str(recipe), "--results_dir", str(recipe)]
+    assert cli.main([*args, "--data_dir", config.data_dir, "--work_dir", config.work_dir]) == 0
+    printed = capsys.readouterr().out
+    assert all(cell.name in printed for cell in OBJECTIVE_GRID) and "Estimated total" in printed
+
+
+def _mean_dev_f1(results: dict) -> float:
+    return float(np.mean([entry["by_window_scoring"]["null_relative"]["f1"] for entry in results["sets"].values()]))
 
 
 def test_a_run_with_the_paragraphs_cell_and_no_squad_file_stops_before_any_work(tiny_setup, tmp_path):
@@ -866,3 +1020,79 @@ def test_report_sets_whole_articles_against_the_same_questions_own_paragraphs_un
     assert measured["null_relative_minus_raw"]["difference"] == pytest.approx(10)
     assert measured["null_relative_minus_raw"]["articles"] == 2
     assert "## Whole articles against the questions' own paragraphs" in (folder / "README.md").read_text()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Cells that start from adapted encoders
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_the_adapted_grids_start_each_pattern_from_its_own_adaptation_run_and_leave_the_other_grids_alone():
+    from blockbert_experiments.qa_comparison.grid import ADAPTED_TABLE4_GRID, TABLE4_SETS, grid_cells
+
+    assert [(cell.name, cell.adapted_from, cell.seed) for cell in ADAPTED_TABLE4_GRID] == [
+        ("adapted_n512_full_seed0", "full_n512", 0),
+        ("adapted_n512_n2_10-2_seed0", "n512_n2_10-2", 0),
+        ("adapted_n512_full_seed1", "full_n512", 1),
+        ("adapted_n512_n2_10-2_seed1", "n512_n2_10-2", 1),
+    ]
+    assert all(cell.training_set == "train_512" and cell.eval_sets == TABLE4_SETS for cell in ADAPTED_TABLE4_GRID)
+    long = grid_cells(ComparisonConfig(grid="adapted_long", long_qa_objective="per_block"))
+    assert len(long) == 9 and {cell.seed for cell in long} == {0, 1, 2}
+    blockwise = [cell for cell in long if cell.max_seq_length == 1024]
+    assert {cell.heads_per_shift for cell in blockwise} == {"10:2", "12:0"}
+    assert all(cell.adapted_from == "n1024_n2_10-2" and cell.block_relative_positions for cell in blockwise)
+    assert all(c.window_layout == "question_prefixed_blocks" and c.qa_objective == "per_block" for c in blockwise)
+    assert {cell.adapted_from for cell in long if cell.max_seq_length == 512} == {"full_n512"}
+    # cells without an adapted model record no adapted_from: their configurations keep the keys recorded before
+    assert "adapted_from" not in GRID[0].record() and ADAPTED_TABLE4_GRID[0].record()["adapted_from"] == "full_n512"
+    assert ADAPTED_TABLE4_GRID[1].model_name == "blockwise-N512-n2-10_2-from-n512_n2_10-2"
+    assert ADAPTED_TABLE4_GRID[1].model_name != Cell("x", 512, "blockwise", 2, "10:2").model_name
+
+
+def _adapted_run(folder: Path, run: str, **fields) -> Path:
+    """A run's final model as the adaptation chain leaves it (config and weights; the weights are not read here)."""
+    from blockbert_hf.configuration_blockbert import BlockBertConfig
+
+    model = folder / "runs" / run / "final_model"
+    config = BlockBertConfig(
+        hidden_size=48, num_attention_heads=12, num_hidden_layers=1, intermediate_size=96, vocab_size=100,
+        max_position_embeddings=514, pad_token_id=1, **fields,
+    )  # fmt: skip
+    config.save_pretrained(model)
+    (model / "model.safetensors").write_bytes(b"weights")
+    (model / "tokenizer.json").write_text("{}")
+    return model
+
+
+def test_a_cell_from_an_adapted_model_gets_its_own_heads_and_a_missing_run_is_refused_by_name(tmp_path):
+    from blockbert_experiments.qa_comparison.adapted import ADAPTED_FILE, check_adapted_models
+    from blockbert_experiments.qa_comparison.grid import ADAPTED_LONG_GRID, ADAPTED_TABLE4_GRID
+    from blockbert_experiments.qa_comparison.runner import _convert
+
+    config = ComparisonConfig(grid="adapted_long", adaptation_dir=str(tmp_path / "adaptation"), work_dir=str(tmp_path))
+    with pytest.raises(
+        FileNotFoundError, match=r"no finished adaptation run full_n512 .*n1024_n2_10-2 \(.*adapted_n1024_n2_12-0_seed0"
+    ):
+        check_adapted_models(config, ADAPTED_LONG_GRID)
+    with pytest.raises(ValueError, match="pass --adaptation_dir"):
+        check_adapted_models(ComparisonConfig(), ADAPTED_TABLE4_GRID)
+
+    blockwise = dict(attention_pattern="blockwise", num_blocks=2, heads_per_shift="10:2")
+    _adapted_run(tmp_path / "adaptation", "n1024_n2_10-2", **blockwise, block_relative_positions=True)
+    twelve_zero = next(cell for cell in ADAPTED_LONG_GRID if cell.heads_per_shift == "12:0")
+    check_adapted_models(config, [twelve_zero])
+    _convert(config, twelve_zero, tmp_path / "unused-source")
+    model = tmp_path / "models" / twelve_zero.model_name
+    saved = json.loads((model / "config.json").read_text())
+    assert saved["heads_per_shift"] == [12, 0] and saved["block_relative_positions"] is True
+    assert (model / "model.safetensors").read_bytes() == b"weights" and (model / "tokenizer.json").is_file()
+    record = json.loads((model / ADAPTED_FILE).read_text())
+    assert record["run"] == "n1024_n2_10-2" and record["config_overrides"] == {"heads_per_shift": [12, 0]}
+    assert record["path"] == "$ADAPTATION_DIR/runs/n1024_n2_10-2/final_model" and len(record["sha256"]) == 64
+
+    # an adapted model at another N than the cell's is refused, naming both
+    _adapted_run(tmp_path / "adaptation", "full_n512", attention_pattern="full", num_blocks=1)
+    wrong = replace(ADAPTED_TABLE4_GRID[0], max_seq_length=1024)
+    with pytest.raises(ValueError, match="has N = 1024 but its adapted model .* has N = 512"):
+        _convert(config, wrong, tmp_path / "unused-source")

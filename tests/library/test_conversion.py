@@ -7,6 +7,7 @@ import huggingface_hub
 import pytest
 import torch
 from conftest import SAMPLE_TEXT, load_script
+from huggingface_hub import ModelCard
 from tokenizers import BertWordPieceTokenizer
 from transformers import (
     AutoModelForMaskedLM,
@@ -33,6 +34,7 @@ from blockbert_hf.conversion import (
     sample_sentences,
     verify_conversion,
 )
+from blockbert_hf.model_card import lineage_base_model
 from blockbert_hf.tokenization import read_text_lines
 
 
@@ -245,7 +247,7 @@ def test_bert_for_pretraining_command_line(tmp_path, bert_tokenizer_folder, caps
     source = _bert(
         BertForPreTraining, tmp_path / "bert-pt", bert_tokenizer_folder, hidden_size=48, num_attention_heads=12
     )
-    command = [source, tmp_path / "out", "--num_blocks", "2", "--heads", "10:2", "--max_seq_length", "1024"]
+    command = [source, tmp_path / "out", "--num_blocks", "2", "--heads_per_shift", "10:2", "--max_seq_length", "1024"]
     assert _run_example([*command, "--drop_source_keys", "cls.seq_relationship."]) == 2
     assert "pass --drop_source_keys cls.seq_relationship. bert.pooler.dense." in capsys.readouterr().err
     assert _run_example([*command, "--drop_source_keys", "cls.seq_relationship.", "bert.pooler."]) == 0
@@ -282,6 +284,41 @@ def _run_example(args):
     return load_script("examples/convert_roberta_to_blockbert.py").main([str(arg) for arg in args])
 
 
+def test_the_conversion_report_shipped_in_the_model_folder_holds_no_local_path(roberta_mlm, tmp_path, capsys):
+    """Like the model cards, conversion_report.json names local inputs by their base names (a Hub id as given); the
+    printed report, for the user who ran it, keeps the paths."""
+    tokenizer_folder = tmp_path / "its-tokenizer"
+    AutoTokenizer.from_pretrained(roberta_mlm).save_pretrained(tokenizer_folder)
+    output = tmp_path / "out"
+    assert _run_example([roberta_mlm, output, "--heads_per_shift", "3:1", "--tokenizer_name", tokenizer_folder]) == 0
+    assert f"source: {roberta_mlm} " in capsys.readouterr().out
+    text = (output / "conversion_report.json").read_text()
+    report = json.loads(text)
+    assert (report["source"], report["tokenizer"]["source"]) == ("roberta-mlm", "its-tokenizer")
+    assert str(tmp_path) not in text and str(tmp_path.resolve()) not in text
+
+
+def test_the_converted_folder_has_a_card_with_source_pattern_verification_and_lineage(roberta_mlm, tmp_path):
+    """The card names the source, the pattern and every verification check; its base_model is the Hub id that
+    --base_model gives a local source (none without it), and a run starting from the folder carries it on."""
+    named, unnamed = tmp_path / "named", tmp_path / "unnamed"
+    assert _run_example([roberta_mlm, named, "--heads_per_shift", "3:1", "--base_model", "someone/roberta-tiny"]) == 0
+    card = ModelCard.load(named / "README.md")
+    report = json.loads((named / "conversion_report.json").read_text())
+    assert card.data.base_model == "someone/roberta-tiny" and card.data.pipeline_tag == "fill-mask"
+    assert "[someone/roberta-tiny](https://huggingface.co/someone/roberta-tiny) (RobertaForMaskedLM)" in card.text
+    assert "| attention | blockwise |" in card.text and "| heads per shift | 3:1 |" in card.text
+    for check in report["verification"]:
+        assert f"| {check['check']} | {check['max_abs_diff']:.2e} |" in card.text
+    assert lineage_base_model(str(named)) == "someone/roberta-tiny"
+    assert _run_example([roberta_mlm, unnamed, "--heads_per_shift", "3:1", "--skip_verification"]) == 0
+    card = ModelCard.load(unnamed / "README.md")
+    assert card.data.base_model is None and "`roberta-mlm` (RobertaForMaskedLM)" in card.text  # never made up
+    assert "Skipped (`--skip_verification`)" in card.text and str(tmp_path) not in card.text
+    assert lineage_base_model(str(unnamed)) is None
+    assert _run_example([roberta_mlm, tmp_path / "bad", "--base_model", "not an id"]) == 2
+
+
 @pytest.mark.parametrize(
     "case",
     [
@@ -300,11 +337,11 @@ def test_bad_inputs_give_clear_errors_and_write_nothing(
     output = tmp_path / "converted"
     args = {
         "shorter_n": ([roberta_mlm, output, "--max_seq_length", "32"], "smaller than the source's sequence length"),
-        "bad_heads": ([roberta_mlm, output, "--num_blocks", "2", "--heads", "2:1"], "sums to 3"),
+        "bad_heads": ([roberta_mlm, output, "--num_blocks", "2", "--heads_per_shift", "2:1"], "sums to 3"),
         "missing_folder": ([tmp_path / "nowhere", output], "does not exist"),
         "hub_offline": (["someone/no-such-model", output], "not a local folder"),
         "missing_verification_text": (
-            [roberta_mlm, output, "--heads", "3:1", "--verification_text", tmp_path / "no.txt"],
+            [roberta_mlm, output, "--heads_per_shift", "3:1", "--verification_text", tmp_path / "no.txt"],
             "is not a file",
         ),
     }
@@ -313,7 +350,7 @@ def test_bad_inputs_give_clear_errors_and_write_nothing(
         args[case] = ([_save(distil, tokenizer, tmp_path / "distil"), output], "Unknown architecture")
     if case == "leftover_keys":
         source = _bert(BertForPreTraining, tmp_path / "bert-pt", bert_tokenizer_folder)
-        args[case] = ([source, output, "--heads", "3:1"], "cls.seq_relationship.weight")
+        args[case] = ([source, output, "--heads_per_shift", "3:1"], "cls.seq_relationship.weight")
     if case == "hub_offline":  # conftest sets HF_HUB_OFFLINE after huggingface_hub has read it; do not wait on retries
         monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     argv, message = args[case]
@@ -346,8 +383,30 @@ def test_existing_output_is_kept_without_overwrite(roberta_mlm, tmp_path):
     (output / "keep.txt").write_text("mine")
     assert _run_example([roberta_mlm, output, "--skip_verification"]) == 2
     assert (output / "keep.txt").read_text() == "mine"
-    assert _run_example([roberta_mlm, output, "--skip_verification", "--overwrite", "--heads", "3:1"]) == 0
+    assert (
+        _run_example([roberta_mlm, output, "--skip_verification", "--overwrite_output_dir", "--heads_per_shift", "3:1"])
+        == 0
+    )
     assert not (output / "keep.txt").exists() and (output / "model.safetensors").exists()
+
+
+def test_the_option_names_of_earlier_versions_still_work_with_a_note(roberta_mlm, tmp_path, capsys):
+    output = tmp_path / "converted"
+    output.mkdir()
+    (output / "old.txt").write_text("replaced")
+    tokenizer_folder = tmp_path / "its-tokenizer"
+    AutoTokenizer.from_pretrained(roberta_mlm).save_pretrained(tokenizer_folder)
+    old_names = ["--heads=3:1", "--tokenizer", tokenizer_folder, "--overwrite", "--skip_verification"]
+    assert _run_example([roberta_mlm, output, *old_names]) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
+    assert notes == [
+        "note: --heads is now --heads_per_shift; the old name still works for now.",
+        "note: --tokenizer is now --tokenizer_name; the old name still works for now.",
+        "note: --overwrite is now --overwrite_output_dir; the old name still works for now.",
+    ]
+    report = json.loads((output / "conversion_report.json").read_text())
+    assert report["heads_per_shift"] == [3, 1] and report["tokenizer"]["source"] == tokenizer_folder.name
+    assert not (output / "old.txt").exists()
 
 
 def _files(folder):
@@ -359,7 +418,10 @@ def test_an_output_that_is_or_holds_the_source_is_refused_even_with_overwrite(wh
     source = tmp_path / "roberta-mlm"
     before = _files(tmp_path)
     output = source if where == "source" else tmp_path
-    assert _run_example([roberta_mlm, output, "--overwrite", "--skip_verification", "--heads", "3:1"]) == 2
+    assert (
+        _run_example([roberta_mlm, output, "--overwrite_output_dir", "--skip_verification", "--heads_per_shift", "3:1"])
+        == 2
+    )
     assert f"{'is' if where == 'source' else 'holds'} SOURCE" in capsys.readouterr().err
     assert _files(tmp_path) == before
 
@@ -367,7 +429,10 @@ def test_an_output_that_is_or_holds_the_source_is_refused_even_with_overwrite(wh
 @pytest.mark.parametrize(
     "options, message",
     [
-        (["--heads", "abc"], "Invalid --heads: heads_per_shift='abc' is not in the paper's notation"),
+        (
+            ["--heads_per_shift", "abc"],
+            "Invalid --heads_per_shift: heads_per_shift='abc' is not in the paper's notation",
+        ),
         (["--num_blocks", "0"], "--num_blocks must be at least 1, got 0"),
     ],
 )
@@ -383,7 +448,7 @@ def test_an_output_that_cannot_be_written_exits_2_before_any_work(where, roberta
     monkeypatch.setattr(example, "convert_checkpoint", lambda *args, **kwargs: pytest.fail("converted anyway"))
     (tmp_path / "notes.txt").write_text("mine")
     output = tmp_path / "notes.txt" / "converted" if where == "under_a_file" else tmp_path / "notes.txt"
-    assert example.main([roberta_mlm, str(output), "--overwrite"]) == 2
+    assert example.main([roberta_mlm, str(output), "--overwrite_output_dir"]) == 2
     assert ("cannot be written" if where == "under_a_file" else "is a file") in capsys.readouterr().err
     assert (tmp_path / "notes.txt").read_text() == "mine"
 
@@ -393,7 +458,7 @@ def test_source_without_tokenizer_files_is_refused_unless_its_tokenizer_is_passe
     family, tmp_path, tokenizer, bert_tokenizer_folder, capsys
 ):
     """transformers builds a stand-in tokenizer (special tokens only) for a folder without tokenizer files; verifying
-    with it would run on `[CLS] [UNK] ... [SEP]`. The script refuses it (exit 1, nothing written) until --tokenizer
+    with it would run on `[CLS] [UNK] ... [SEP]`. The script refuses it (exit 1, nothing written) until --tokenizer_name
     names the checkpoint's own tokenizer."""
     if family == "bert":
         tokenizer_folder = bert_tokenizer_folder
@@ -408,19 +473,19 @@ def test_source_without_tokenizer_files_is_refused_unless_its_tokenizer_is_passe
     assert sorted(path.name for path in source.iterdir()) == ["config.json", "model.safetensors"]
 
     for extra in ([], ["--skip_verification"]):  # a stand-in would also be saved as the model's tokenizer
-        assert _run_example([source, output, "--heads", "3:1", *extra]) == 1
+        assert _run_example([source, output, "--heads_per_shift", "3:1", *extra]) == 1
         error = capsys.readouterr().err
-        assert "has no tokenizer vocabulary" in error and "--tokenizer PATH" in error
+        assert "has no tokenizer vocabulary" in error and "--tokenizer_name PATH" in error
         assert not output.exists()
         assert not [path for path in tmp_path.iterdir() if path.name.startswith(".converted")]
     with pytest.raises(TokenizerError, match="special tokens"):
         convert_checkpoint(str(source), heads_per_shift="3:1")
 
-    assert _run_example([source, output, "--heads", "3:1", "--tokenizer", tokenizer_folder]) == 0
+    assert _run_example([source, output, "--heads_per_shift", "3:1", "--tokenizer_name", tokenizer_folder]) == 0
     printed = capsys.readouterr().out
     assert f"from {tokenizer_folder}" in printed and "verification text:" in printed
     report = json.loads((output / "conversion_report.json").read_text())
-    assert report["tokenizer"]["source"] == str(tokenizer_folder)
+    assert report["tokenizer"]["source"] == tokenizer_folder.name
     assert report["verification_text"]["unknown_tokens"] <= 0.05 * report["verification_text"]["tokens"]
     assert all(check["passed"] for check in report["verification"])
     saved = AutoTokenizer.from_pretrained(output)
@@ -438,7 +503,7 @@ def test_verification_refuses_text_its_tokenizer_leaves_unknown(tmp_path, bert_t
     text_file = tmp_path / "greek.txt"
     text_file.write_text("\n".join(greek) + "\n", encoding="utf-8")
     output = tmp_path / "converted"
-    assert _run_example([source, output, "--heads", "3:1", "--verification_text", text_file]) == 1
+    assert _run_example([source, output, "--heads_per_shift", "3:1", "--verification_text", text_file]) == 1
     error = capsys.readouterr().err
     assert "--verification_text" in error and "nothing was written" in error
     assert not output.exists()
@@ -481,7 +546,7 @@ def test_block_relative_positions_keep_the_position_table_and_give_n_equal_to_n_
 
 def test_block_relative_positions_command_line(roberta_mlm, tmp_path, capsys):
     output = tmp_path / "out"
-    args = [roberta_mlm, output, "--num_blocks", "4", "--heads", "1:1:1:1", "--block_relative_positions"]
+    args = [roberta_mlm, output, "--num_blocks", "4", "--heads_per_shift", "1:1:1:1", "--block_relative_positions"]
     assert _run_example(args) == 0
     assert "block-relative positions" in capsys.readouterr().out
     saved = json.loads((output / "config.json").read_text())

@@ -23,6 +23,7 @@ from blockbert_hf import (
     BlockBertForSequenceClassification,
     BlockBertForTokenClassification,
     BlockBertModel,
+    attention_blockbert,
     modeling_blockbert,
 )
 from blockbert_hf import export as blockbert_export
@@ -98,14 +99,15 @@ def test_traced_attention_layout_agrees_with_eager(config_name, attn_implementat
     batches = list(grid_batches(lengths))
     with torch.no_grad():
         expected = [model(input_ids=ids, attention_mask=mask).last_hidden_state for _, ids, mask in batches]
-        monkeypatch.setattr(modeling_blockbert, "_is_traced", lambda: True)
+        for module in (attention_blockbert, modeling_blockbert):  # the attention layout and the input checks
+            monkeypatch.setattr(module, "is_traced", lambda: True)
         config = model.config
         if config.attention_pattern == "blockwise":
-            layout = modeling_blockbert.build_attention_layout(config, None, 1, 5, "cpu")
+            layout = attention_blockbert.build_attention_layout(config, None, 1, 5, "cpu")
             assert (layout.blocks_per_sequence, layout.block_len, layout.pads_input) == (1, 5, False)
             block_size = config.effective_block_size
             if config.max_sequence_length > block_size:
-                layout = modeling_blockbert.build_attention_layout(config, None, 1, block_size * 2, "cpu")
+                layout = attention_blockbert.build_attention_layout(config, None, 1, block_size * 2, "cpu")
                 assert (layout.blocks_per_sequence, layout.block_len, layout.pads_input) == (2, block_size, True)
         for (name, ids, mask), eager in zip(batches, expected):
             traced = model(input_ids=ids, attention_mask=mask).last_hidden_state
@@ -255,6 +257,21 @@ def test_models_with_one_token_type_keep_two_inputs():
         assert inputs == ["input_ids", "attention_mask"]
 
 
+def test_export_program_leaves_the_model_in_the_mode_it_was_in():
+    """The programs are made in eval mode (no dropout); the model given is handed back as it came, as torch.export
+    leaves it."""
+    model = BlockBertForQuestionAnswering(tiny_config(hidden_dropout_prob=0.1)).train()
+    exported = blockbert_export.export_program(model)
+    assert model.training and all(module.training for module in model.modules())
+    input_ids, attention_mask = random_batch([40, 25], 40)
+    outputs = exported.module()(input_ids=input_ids, attention_mask=attention_mask)
+    model.eval()
+    with torch.no_grad():
+        expected = model(input_ids=input_ids, attention_mask=attention_mask)
+    is_real = attention_mask.bool()
+    torch.testing.assert_close(outputs["start_logits"][is_real], expected.start_logits[is_real])
+
+
 def test_multiple_choice_is_refused_before_any_work():
     """A multiple-choice head takes (batch, num_choices, L) inputs: refused with a clear message, not a RuntimeError."""
     model = make_model(BlockBertForMultipleChoice, tiny_config())
@@ -382,6 +399,29 @@ def test_the_onnx_question_answering_model_refuses_what_it_cannot_run(exported_q
     assert model.to("cpu") is model
     with pytest.raises(ValueError, match="has no model_int8.onnx"):
         blockbert_export.OnnxBlockBert(tmp_path, file_name=blockbert_export.INT8_ONNX_FILE)
+
+
+def test_the_onnx_question_answering_model_takes_what_the_pytorch_model_takes(exported_qa_model, saved_qa_model):
+    """Tensors, numpy arrays and lists give the PyTorch model's logits; what the exported program has no input for
+    (`inputs_embeds`, `position_ids`, ...) is refused rather than dropped."""
+    model = blockbert_export.OnnxBlockBertForQuestionAnswering.from_pretrained(exported_qa_model[2])
+    eager = BlockBertForQuestionAnswering.from_pretrained(saved_qa_model).eval()
+    input_ids, attention_mask = random_batch([40, 25], 40)
+    with torch.no_grad():
+        expected = eager(input_ids=input_ids, attention_mask=attention_mask)
+    is_real = attention_mask.bool()
+    for convert in (lambda tensor: tensor, lambda tensor: tensor.numpy(), lambda tensor: tensor.tolist()):
+        outputs = model(input_ids=convert(input_ids), attention_mask=convert(attention_mask))
+        for name in ("start_logits", "end_logits"):
+            torch.testing.assert_close(outputs[name][is_real], expected[name][is_real], atol=1e-4, rtol=1e-4)
+    start_logits, _ = model(input_ids=input_ids, attention_mask=attention_mask, return_dict=False)
+    torch.testing.assert_close(start_logits[is_real], expected.start_logits[is_real], atol=1e-4, rtol=1e-4)
+    embeddings = eager.roberta.embeddings.word_embeddings(input_ids)
+    for unsupported in (dict(inputs_embeds=embeddings), dict(position_ids=torch.arange(40).expand(2, 40))):
+        with pytest.raises(ValueError, match=f"no input for {next(iter(unsupported))}"):
+            model(input_ids=input_ids, attention_mask=attention_mask, **unsupported)
+    with pytest.raises(ValueError, match="no input for inputs_embeds"):
+        model(inputs_embeds=embeddings, attention_mask=attention_mask)
 
 
 def test_onnx_runtime_matches_eager_at_every_length(exported_qa_model, saved_qa_model):

@@ -2,6 +2,7 @@
 overwrite option (`blockbert_hf.saving.check_output_keeps_inputs`), by every script that writes a folder."""
 
 import json
+import re
 
 import pytest
 from conftest import REPO_ROOT, SAMPLE_TEXT, load_script, make_model, tiny_config
@@ -67,28 +68,28 @@ def test_export_onnx_refuses_to_write_over_its_model(where, tmp_path, tokenizer,
 
 
 @pytest.mark.parametrize("where", ["same", "parent"])
-def test_run_qa_refuses_an_output_dir_that_is_or_holds_the_model_before_any_work(where, tmp_path, monkeypatch):
+def test_run_qa_refuses_an_output_dir_that_is_or_holds_the_model_before_any_work(where, tmp_path, monkeypatch, capsys):
     model = tmp_path / "parent" / "model"
     make_model(BlockBertForQuestionAnswering, tiny_config(vocab_size=120)).save_pretrained(model)
     before = _files(tmp_path)
     monkeypatch.setattr(finetuning, "_load_model_and_tokenizer", lambda config: pytest.fail("work started"))
     output = model if where == "same" else model.parent
     argv = ["--model_name_or_path", model, "--train_file", SQUAD_V1, "--do_train", "--output_dir", output]
-    with pytest.raises(OutputOverwritesInputError, match="--output_dir .* --model_name_or_path"):
-        load_script("examples/run_qa.py").main([str(arg) for arg in [*argv, "--overwrite_output_dir"]])
+    assert load_script("examples/run_qa.py").main([str(arg) for arg in [*argv, "--overwrite_output_dir"]]) == 2
+    assert re.search("--output_dir .* --model_name_or_path", capsys.readouterr().err)
     assert _files(tmp_path) == before
 
 
 @pytest.mark.parametrize("where", ["same", "parent"])
-def test_run_mlm_refuses_an_output_dir_that_is_or_holds_the_model_before_any_work(where, tmp_path, monkeypatch):
+def test_run_mlm_refuses_an_output_dir_that_is_or_holds_the_model_before_any_work(where, tmp_path, monkeypatch, capsys):
     model = tmp_path / "parent" / "model"
     make_model(BlockBertForMaskedLM, tiny_config(vocab_size=120)).save_pretrained(model)
     before = _files(tmp_path)
     monkeypatch.setattr(trainer, "_run", lambda *args: pytest.fail("work started"))
     output = model if where == "same" else model.parent
-    argv = ["--model_name_or_path", model, "--train_files", SAMPLE_TEXT, "--output_dir", output]
-    with pytest.raises(OutputOverwritesInputError, match="--output_dir .* --model_name_or_path"):
-        load_script("examples/run_mlm.py").main([str(arg) for arg in [*argv, "--max_train_steps", 1]])
+    argv = ["--model_name_or_path", model, "--train_files", SAMPLE_TEXT, "--output_dir", output, "--max_seq_length", 64]
+    assert load_script("examples/run_mlm.py").main([str(arg) for arg in [*argv, "--max_train_steps", 1]]) == 2
+    assert re.search("--output_dir .* --model_name_or_path", capsys.readouterr().err)
     assert _files(tmp_path) == before
 
 
@@ -129,4 +130,30 @@ def test_the_qa_comparison_refuses_an_output_that_holds_its_data(output, tmp_pat
     argv = ["run", "--data_dir", data, output, tmp_path / "work", "--dry_run"]
     assert load_script("experiments/qa_comparison.py").main([str(arg) for arg in argv]) == 2
     assert f"{output} {tmp_path / 'work'} holds --data_dir {data}" in capsys.readouterr().err
+    assert _files(tmp_path) == before
+
+
+@pytest.mark.parametrize("script", ["run_qa.py", "run_mlm.py"])
+def test_training_scripts_refuse_an_output_dir_that_holds_their_data(script, tmp_path, monkeypatch, capsys):
+    """`--overwrite_output_dir` would start over in the folder that holds the data, and the run write beside it."""
+    data = tmp_path / "data"
+    data.mkdir()
+    model = tmp_path / "model"
+    make_model(BlockBertForQuestionAnswering, tiny_config(vocab_size=120)).save_pretrained(model)
+    if script == "run_qa.py":
+        (data / "dev.json").write_bytes(SQUAD_V1.read_bytes())
+        option, argv = "--validation_file", ["--model_name_or_path", model, "--do_eval"]
+        argv += ["--validation_file", data / "dev.json", "--output_dir", data]
+        monkeypatch.setattr(finetuning, "_load_model_and_tokenizer", lambda config: pytest.fail("work started"))
+    else:
+        (data / "train.txt").write_bytes(SAMPLE_TEXT.read_bytes())
+        option, argv = "--train_files", ["--model_name_or_path", model, "--max_train_steps", 1, "--max_seq_length", 64]
+        argv += ["--train_files", data / "train.txt", "--output_dir", data]
+        monkeypatch.setattr(trainer, "_run", lambda *args: pytest.fail("work started"))
+    before = _files(tmp_path)
+    status = load_script(f"examples/{script}").main([str(arg) for arg in [*argv, "--overwrite_output_dir"]])
+    assert status == 2
+    assert f"--output_dir {data} holds {option} {data / ('dev.json' if script == 'run_qa.py' else 'train.txt')}" in (
+        capsys.readouterr().err
+    )
     assert _files(tmp_path) == before

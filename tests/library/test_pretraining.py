@@ -9,6 +9,7 @@ import runpy
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,7 +17,7 @@ from conftest import REPO_ROOT, SAMPLE_TEXT, tiny_config, two_process_launcher
 from safetensors.torch import load_file
 from transformers import AutoTokenizer, RobertaConfig, RobertaForMaskedLM
 
-from blockbert_hf import BlockBertForMaskedLM, BlockBertModel
+from blockbert_hf import BlockBertForMaskedLM, BlockBertModel, training
 from blockbert_hf.conversion import conversion_summary, convert_checkpoint, save_converted
 from blockbert_hf.pretraining import (
     MaskedLMLoss,
@@ -32,6 +33,7 @@ from blockbert_hf.pretraining import (
     tokenize_and_pack,
 )
 from blockbert_hf.pretraining import trainer as pretraining_trainer
+from blockbert_hf.pretraining.model import config_from_checkpoint
 from blockbert_hf.saving import save_atomically
 from blockbert_hf.tokenization import match_tokenizer_to_config
 from blockbert_hf.training import NonFiniteLossError, OutputDirError, read_metrics
@@ -470,3 +472,171 @@ def test_evaluate_mlm_fails_on_a_random_mlm_head_or_a_nan_perplexity(tmp_path, t
     output = capsys.readouterr()
     assert "validation loss of" in output.err and " is nan " in output.err
     assert json.loads(output.out.strip().splitlines()[-1])["eval_masked_tokens"] > 0
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Adapting a converted checkpoint: a head on the frozen encoder, frozen word embeddings, other blocks and N
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _checkpoint(folder, tokenizer, **config_overrides):
+    """A tiny BlockBertForMaskedLM at N = 64 (full attention by default), saved with its tokenizer."""
+    config = tiny_config(
+        vocab_size=len(tokenizer), **{"attention_pattern": "full", "num_blocks": 1, **config_overrides}
+    )
+    match_tokenizer_to_config(tokenizer, config)
+    save_atomically(folder, BlockBertForMaskedLM(config).save_pretrained, tokenizer.save_pretrained)
+    return load_file(folder / "model.safetensors")
+
+
+def _adapt_args(output_dir, model, **overrides) -> PretrainingArguments:
+    fields = dict(
+        model_name_or_path=str(model),
+        train_tokenizer_vocab_size=None,
+        num_hidden_layers=None,
+        hidden_size=None,
+        num_attention_heads=None,
+        num_blocks=None,
+        heads_per_shift=None,
+        max_train_steps=3,
+        checkpointing_steps=None,
+        eval_steps=None,
+    )
+    return _tiny_args(output_dir, **{**fields, **overrides})
+
+
+def _changed(before: dict, after: dict) -> set[str]:
+    return {name for name, tensor in before.items() if name in after and not torch.equal(after[name], tensor)}
+
+
+def test_a_head_trained_alone_leaves_the_encoder_as_it_was(tmp_path, tokenizer):
+    start = _checkpoint(tmp_path / "start", tokenizer)
+    results = run_pretraining(_adapt_args(tmp_path / "run", tmp_path / "start", train_only_mlm_head=True))
+    final = load_file(tmp_path / "run" / "final_model" / "model.safetensors")
+    head = {"lm_head.dense.weight", "lm_head.dense.bias", "lm_head.layer_norm.weight", "lm_head.layer_norm.bias"}
+    assert _changed(start, final) == head | {"lm_head.bias"}  # the decoder weight is the frozen word embeddings
+    assert results["trained_parameters"].startswith("the MLM head only")
+    assert results["trainable_parameters"] == 32 * 32 + 32 + 2 * 32 + len(tokenizer)
+    card = (tmp_path / "run" / "final_model" / "README.md").read_text()
+    assert "trained_parameters: the MLM head only (dense layer, layer norm, output bias); the encoder frozen" in card
+
+
+def test_frozen_word_embeddings_stay_while_the_encoder_trains(tmp_path, tokenizer):
+    start = _checkpoint(tmp_path / "start", tokenizer)
+    results = run_pretraining(_adapt_args(tmp_path / "run", tmp_path / "start", freeze_word_embeddings=True))
+    final = load_file(tmp_path / "run" / "final_model" / "model.safetensors")
+    changed = _changed(start, final)
+    assert "roberta.embeddings.word_embeddings.weight" not in changed
+    assert {"roberta.encoder.layer.0.attention.self.query.weight", "lm_head.dense.weight"} <= changed
+    assert "roberta.embeddings.position_embeddings.weight" in changed
+    assert (
+        results["trained_parameters"] == "every parameter but the word embeddings and the decoder weight tied to them"
+    )
+    everything = run_pretraining(_adapt_args(tmp_path / "all", tmp_path / "start"))
+    assert everything["trained_parameters"] == "every parameter"
+    assert "roberta.embeddings.word_embeddings.weight" in _changed(
+        start, load_file(tmp_path / "all" / "final_model" / "model.safetensors")
+    )
+
+
+def test_a_pattern_continues_from_the_reference_head_at_its_own_n(tmp_path, tokenizer):
+    """The reference (full attention, N = 64) goes on as n = 2 blocks of 64 with positions restarting in each block:
+    N = 128 from a 64-position checkpoint, with the reference's trained head and its evaluation before the first
+    step."""
+    _checkpoint(tmp_path / "start", tokenizer)
+    run_pretraining(_adapt_args(tmp_path / "reference", tmp_path / "start", train_only_mlm_head=True))
+    reference = tmp_path / "reference" / "final_model"
+    pattern = dict(
+        attention_pattern="blockwise",
+        num_blocks=2,
+        heads_per_shift="3:1",
+        block_relative_positions=True,
+        max_seq_length=128,
+        tokens_per_batch=1024,
+        eval_before_training=True,
+    )
+    # Its one step is the warmup's first, at learning rate 0: the head leaves the run as it came in.
+    results = run_pretraining(_adapt_args(tmp_path / "n2", reference, max_train_steps=1, num_warmup_steps=1, **pattern))
+    model = results["model"]
+    assert (model["max_sequence_length"], model["num_blocks"], model["block_size"]) == (128, 2, 64)
+    head = [load_file(folder / "model.safetensors") for folder in (reference, tmp_path / "n2" / "final_model")]
+    assert torch.equal(head[0]["lm_head.dense.weight"], head[1]["lm_head.dense.weight"])
+    assert [record["step"] for record in read_metrics(tmp_path / "n2" / "metrics.jsonl") if "eval_loss" in record] == [
+        0,
+        1,
+    ]
+    saved = BlockBertForMaskedLM.from_pretrained(tmp_path / "n2" / "final_model").config
+    assert saved.block_relative_positions and saved.max_sequence_length == 128
+
+
+def test_contradictory_adaptation_options_are_refused_before_any_work(tmp_path, tokenizer, monkeypatch):
+    _checkpoint(tmp_path / "start", tokenizer)
+    monkeypatch.setattr(pretraining_trainer, "load_training_data", lambda args: pytest.fail("work started"))
+    for option in ("train_only_mlm_head", "freeze_word_embeddings"):
+        with pytest.raises(ValueError, match=f"--{option} keeps weights of --model_name_or_path"):
+            run_pretraining(_tiny_args(tmp_path / option, **{option: True}))
+    # Two blocks of 64 with positions restarting in each give N = 128, not 64; the error says which options give it.
+    with pytest.raises(
+        ValueError,
+        match=r"has N = 128 but --max_seq_length is 64 \(N is 2 blocks of 64, positions restarting in each\)",
+    ):
+        run_pretraining(
+            _adapt_args(
+                tmp_path / "a",
+                tmp_path / "start",
+                attention_pattern="blockwise",
+                num_blocks=2,
+                block_relative_positions=True,
+            )
+        )
+    with pytest.raises(ValueError, match="--block_relative_positions --num_blocks 2 --attention_pattern blockwise"):
+        run_pretraining(_adapt_args(tmp_path / "b", tmp_path / "start", max_seq_length=128, tokens_per_batch=1024))
+    with pytest.raises(ValueError, match="--eval_before_training evaluates on held-out text"):
+        run_pretraining(
+            _adapt_args(tmp_path / "c", tmp_path / "start", eval_before_training=True, validation_split_percentage=0)
+        )
+    assert not any((tmp_path / name).exists() for name in ("a", "b", "c"))
+
+
+def test_run_mlm_publishes_its_final_model_folder_with_activation_checkpointing(tmp_path, monkeypatch):
+    """`--push_to_hub` uploads final_model/ as saved (card included) through the helper run_qa uses; a stand-in
+    for the Hub API records the upload (no network)."""
+    uploads = []
+
+    class RecordingHubApi:
+        def create_repo(self, repo_id, exist_ok=False, **kwargs):
+            return type("RepoUrl", (), {"repo_id": repo_id})()
+
+        def upload_folder(self, folder_path, repo_id, repo_type=None, **kwargs):
+            uploads.append((repo_id, repo_type, sorted(path.name for path in Path(folder_path).iterdir())))
+
+    monkeypatch.setattr(training, "HfApi", RecordingHubApi)
+    enable = pretraining_trainer.enable_gradient_checkpointing
+    checkpointed = []
+    monkeypatch.setattr(
+        pretraining_trainer,
+        "enable_gradient_checkpointing",
+        lambda model: enable(model) or checkpointed.append(model.is_activation_checkpointing),
+    )
+    args = _tiny_args(
+        tmp_path / "tiny-mlm", max_train_steps=1, checkpointing_steps=0, push_to_hub=True, gradient_checkpointing=True
+    )
+    results = run_pretraining(args)
+    assert checkpointed == [True] and results["hub_repo_id"] == "tiny-mlm"  # the output folder's name by default
+    [(repo_id, repo_type, files)] = uploads
+    assert (repo_id, repo_type) == ("tiny-mlm", "model")
+    assert {"README.md", "config.json", "model.safetensors", "tokenizer.json"} <= set(files)
+    assert files == sorted(path.name for path in (tmp_path / "tiny-mlm" / "final_model").iterdir())
+    with pytest.raises(ValueError, match="--hub_model_id 'not a repo' is not a Hub repository id"):
+        run_pretraining(_tiny_args(tmp_path / "other", push_to_hub=True, hub_model_id="not a repo"))
+    assert not (tmp_path / "other").exists()
+
+
+def test_a_given_block_size_equal_to_the_derived_one_is_kept_when_continuing(tmp_path):
+    """--block_size equal to ceil(N / n) is the user's value, not a derived one read as unset on load."""
+    tiny_config(num_blocks=1, heads_per_shift=None).save_pretrained(tmp_path / "checkpoint")
+    args = _tiny_args(tmp_path / "run", model_name_or_path=str(tmp_path / "checkpoint"), block_size=32)
+    config = config_from_checkpoint(args)
+    assert config.block_size == 32
+    config.save_pretrained(tmp_path / "continued")
+    assert type(config).from_pretrained(tmp_path / "continued").block_size == 32

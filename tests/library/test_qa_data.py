@@ -95,6 +95,72 @@ def test_a_file_without_questions_is_an_error(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# Any dataset with the SQuAD columns
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def squad_rows():
+    return read_squad_json(SQUAD_V1).select(range(12))
+
+
+def test_rows_exported_by_datasets_load_as_they_were_saved(squad_rows, tmp_path):
+    """`Dataset.save_to_disk` folders (of a Dataset, of a DatasetDict's split), `Dataset.to_json` exports (JSON
+    lines, under either suffix, `title` left out) and Parquet files give back the rows, extra columns dropped."""
+    squad_rows.save_to_disk(str(tmp_path / "saved"))
+    datasets.DatasetDict(train=squad_rows.select(range(4)), validation=squad_rows).save_to_disk(str(tmp_path / "dict"))
+    with_extra = squad_rows.add_column("source", ["web"] * len(squad_rows))
+    with_extra.remove_columns("title").to_json(str(tmp_path / "rows.json"))
+    squad_rows.to_json(str(tmp_path / "rows.jsonl.gz"), compression="gzip")
+    squad_rows.to_parquet(str(tmp_path / "rows.parquet"))
+    for name in ("saved", "dict", "rows.json", "rows.jsonl.gz", "rows.parquet"):
+        loaded = load_qa_dataset(str(tmp_path / name))
+        assert loaded.features == squad_rows.features, name
+        assert loaded["answers"] == squad_rows["answers"] and loaded["id"] == squad_rows["id"], name
+    assert set(load_qa_dataset(str(tmp_path / "rows.json"))["title"]) == {""}
+    assert len(load_qa_dataset(str(tmp_path / "dict"), split="train")) == 4
+    with pytest.raises(ValueError, match=r"has no split 'test'; it has \['train', 'validation'\]"):
+        load_qa_dataset(str(tmp_path / "dict"), split="test")
+
+
+@pytest.mark.parametrize(
+    ("dropped", "named"), [(["answers"], r"\['answers'\]"), (["context", "question"], r"\['question', 'context'\]")]
+)
+def test_rows_without_a_squad_column_are_refused_naming_the_missing_columns(squad_rows, tmp_path, dropped, named):
+    squad_rows.remove_columns(dropped).to_json(str(tmp_path / "rows.jsonl"))
+    squad_rows.remove_columns(dropped).save_to_disk(str(tmp_path / "saved"))
+    for name in ("rows.jsonl", "saved"):
+        with pytest.raises(ValueError, match=rf"{name} lacks the SQuAD column\(s\) {named}"):
+            load_qa_dataset(str(tmp_path / name))
+
+
+def test_hub_ids_go_to_datasets_and_mrqa_rows_are_converted_and_filtered_by_subset(monkeypatch):
+    """Any Hub id (and the short names of earlier versions) goes to `datasets.load_dataset` with its configuration
+    and split; rows in the MRQA schema become SQuAD rows, `mrqa_subset` keeping one subset."""
+    mrqa = datasets.Dataset.from_list(
+        [
+            {"subset": subset, "context": CONTEXT, "qid": qid, "question": "Which river?",
+             "detected_answers": {"text": ["Naktong River"], "char_spans": [{"start": [4], "end": [16]}]}}
+            for subset, qid in (("SQuAD", "q1"), ("NewsQA", "q2"), ("NewsQA", "q3"))
+        ]
+    )  # fmt: skip
+    calls = []
+
+    def load_dataset(name, config_name=None, split=None):
+        calls.append((name, config_name, split))
+        return mrqa
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    rows = load_qa_dataset("someone/my-mrqa", split="validation", config_name="default", mrqa_subset="NewsQA")
+    assert rows["id"] == ["q2", "q3"] and rows["title"] == ["NewsQA", "NewsQA"]
+    assert rows[0]["answers"] == {"text": ["Naktong River"], "answer_start": [4]}
+    load_qa_dataset("mrqa", split="train")
+    assert calls == [("someone/my-mrqa", "default", "validation"), ("mrqa-workshop/mrqa", None, "train")]
+    with pytest.raises(ValueError, match=r"has no MRQA subset 'BioASQ'; it has \['NewsQA', 'SQuAD'\]"):
+        load_qa_dataset("someone/my-mrqa", mrqa_subset="BioASQ")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 # Answers that are not in their context
 # ---------------------------------------------------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from conftest import SAMPLE_TEXT, planted_qa_model, tiny_config
 from transformers import (
+    AutoTokenizer,
     BertConfig,
     BertForQuestionAnswering,
     BertTokenizerFast,
@@ -365,7 +366,7 @@ def test_the_pipeline_scores_windows_with_the_rule_the_model_was_trained_for(tok
     with pytest.raises(ValueError, match="window_scoring='best' is unknown"):
         qa(inputs, window_scoring="best")
     model.config.question_answering = {"window_scoring": "best"}
-    with pytest.raises(ValueError, match="window_scoring='best' is unknown"):
+    with pytest.raises(ValueError, match="config.json.* window_scoring = 'best'"):
         qa(inputs)
 
 
@@ -540,3 +541,98 @@ def test_spans_are_ranked_exactly_as_a_full_stable_sort_ranks_them(candidates):
         scores[rng.random(300) < 0.2] = -np.inf
         valid = np.flatnonzero(np.isfinite(scores))
         assert list(_best_first(scores, candidates)) == list(valid[np.argsort(-scores[valid], kind="stable")])
+
+
+# --- what the pipeline refuses before any window runs -----------------------------------------------------------------
+
+
+def recorded_window_lengths(model) -> list[int]:
+    """The length of every window the model runs on, recorded as it runs."""
+    lengths = []
+    model.register_forward_pre_hook(
+        lambda module, args, kwargs: lengths.append(kwargs["input_ids"].shape[1]), with_kwargs=True
+    )
+    return lengths
+
+
+@pytest.mark.parametrize(
+    "question, context, message",
+    [
+        (5, "Some text.", "question must be a string or a non-empty list of strings, got 5"),
+        ([], "Some text.", "question must be a string or a non-empty list of strings, got \\[\\]"),
+        ("Who?", 5, "context must be a string or a non-empty list of strings, got 5"),
+        ("Who?", [], "context must be a string or a non-empty list of strings"),
+        (["Who?", 5], "Some text.", "The question is not a string: 5"),
+        ("Who?", ["Some text.", None], "The context is not a string: None"),
+    ],
+)
+def test_questions_and_contexts_that_are_not_strings_get_clear_errors(tokenizer, question, context, message):
+    config = tiny_config(vocab_size=len(tokenizer))
+    match_tokenizer_to_config(tokenizer, config)
+    model = BlockBertForQuestionAnswering(config).eval()
+    lengths = recorded_window_lengths(model)
+    qa = ExtractiveQuestionAnsweringPipeline(model=model, tokenizer=tokenizer)
+    with pytest.raises(ValueError, match=message):
+        qa(question=question, context=context)
+    with pytest.raises(ValueError, match="an empty list of inputs"):
+        qa([])
+    assert lengths == []
+
+
+def test_a_context_or_question_without_visible_text_is_refused_and_invisible_spans_are_never_answers(tokenizer):
+    config = tiny_config(vocab_size=len(tokenizer))
+    match_tokenizer_to_config(tokenizer, config)
+    qa = ExtractiveQuestionAnsweringPipeline(model=BlockBertForQuestionAnswering(config).eval(), tokenizer=tokenizer)
+    for invisible in ("\u200b", "\u200b \u2060\n\u200d\ufeff"):  # zero width space, word joiner, ZWJ, BOM
+        with pytest.raises(ValueError, match="The context is empty: it has no visible character"):
+            qa(question="Who?", context=invisible)
+        with pytest.raises(ValueError, match="The question is empty: it has no visible character"):
+            qa(question=invisible, context="Some text.")
+    context = "alpha \u200b\u200d beta"
+    offsets = [None, (0, 5), (6, 8), (9, 13), None]
+    window = token_logits(offsets, {2: 5.0, 1: 1.0, 3: 0.5}, {2: 5.0, 1: 1.0, 3: 0.5})
+    ranked = rank_answers([window], context, max_answer_len=1)
+    assert [answer["answer"] for answer in ranked.answers] == ["alpha", "beta"]
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ("raw", r"config.question_answering \(the \"question_answering\" field of the model's config.json\) is 'raw'"),
+        ({"window_scoring": "best"}, r"config.json.* window_scoring = 'best', which is not one of"),
+        ({"window_layout": "blocks"}, r"config.json.* window_layout = 'blocks', which is not one of"),
+    ],
+)
+def test_question_answering_settings_the_pipeline_cannot_use_are_refused_before_any_window_runs(
+    tokenizer, markers, settings, message
+):
+    model = planted_qa_model(tokenizer, markers)
+    lengths = recorded_window_lengths(model)
+    model.config.question_answering = settings
+    with pytest.raises(ValueError, match=message):
+        ExtractiveQuestionAnsweringPipeline(model=model, tokenizer=tokenizer)
+    del model.config.question_answering
+    qa = ExtractiveQuestionAnsweringPipeline(model=model, tokenizer=tokenizer)
+    model.config.question_answering = settings  # changed after the pipeline was built: refused when it is called
+    inputs = {"question": "Who?", "context": filler(6 * N, tokenizer)}
+    with pytest.raises(ValueError, match=message):
+        qa(inputs)
+    assert lengths == []
+    if isinstance(settings, dict):  # an argument that overrides the recorded setting is used instead
+        assert qa(inputs, window_scoring="raw", window_layout="question_first")["answer"]
+
+
+def test_windows_reach_the_n_of_a_block_relative_model_loaded_with_more_blocks(tmp_path, tokenizer, markers):
+    """The saved tokenizer records the N the model was saved with (64); loaded with four blocks, the model takes 128."""
+    model = planted_qa_model(tokenizer, markers, block_relative_positions=True, block_size=32)
+    save_atomically(tmp_path / "model", model.save_pretrained, tokenizer.save_pretrained)
+    loaded = BlockBertForQuestionAnswering.from_pretrained(tmp_path / "model", num_blocks=4, heads_per_shift=[1] * 4)
+    saved_tokenizer = AutoTokenizer.from_pretrained(tmp_path / "model")
+    assert (loaded.config.max_sequence_length, saved_tokenizer.model_max_length) == (2 * N, N)
+    lengths = recorded_window_lengths(loaded)
+    qa = ExtractiveQuestionAnsweringPipeline(model=loaded.eval(), tokenizer=saved_tokenizer)
+    context = filler(6 * N, tokenizer)
+    for max_seq_len in (None, 2 * N):  # the default, and asked for
+        lengths.clear()
+        qa(question="Who?", context=context, max_seq_len=max_seq_len)
+        assert max(lengths) == 2 * N, lengths

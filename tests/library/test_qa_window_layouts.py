@@ -27,6 +27,7 @@ from blockbert_hf.pipeline_question_answering import (
 from blockbert_hf.qa import (
     QARunConfig,
     check_question_lengths,
+    default_window_layout,
     finetuning,
     prepare_train_features,
     read_squad_json,
@@ -268,7 +269,7 @@ def test_the_block_size_of_a_model_without_blocks_must_be_recorded():
 
 def test_run_qa_trains_and_evaluates_on_prefixed_windows_and_saves_the_layout(tmp_path, monkeypatch):
     """A tiny BlockBERT with block-relative positions (n = 2, b = 64, N = 128): one training step, evaluation on 4
-    questions."""
+    questions. Without --window_layout, such a model's windows of N tokens are question-prefixed by default."""
     contexts = sorted(set(read_squad_json(SQUAD_V1)["context"]))
     tokenizer = train_roberta_tokenizer(contexts, vocab_size=600, model_max_length=128)
     config = tiny_config(vocab_size=len(tokenizer), block_relative_positions=True, max_position_embeddings=66)
@@ -279,13 +280,13 @@ def test_run_qa_trains_and_evaluates_on_prefixed_windows_and_saves_the_layout(tm
         model_name_or_path=str(tmp_path / "tiny"), output_dir=str(tmp_path / "run"), train_file=str(SQUAD_V1),
         validation_file=str(SQUAD_V1), do_train=True, do_eval=True, max_train_steps=1, max_train_samples=8,
         max_eval_samples=4, per_device_train_batch_size=8, per_device_eval_batch_size=8, doc_stride=16,
-        window_layout=PREFIXED,
     )  # fmt: skip
     summary = run_qa(run_config)
     assert summary["window_layout"] == PREFIXED and summary["window_block_size"] == 64
     saved = json.loads((tmp_path / "run" / "model" / "config.json").read_text())
     assert saved["question_answering"] == {
         "window_scoring": "null_relative",
+        "qa_objective": "window",
         "window_layout": PREFIXED,
         "block_size": 64,
     }
@@ -309,6 +310,15 @@ def test_run_qa_trains_and_evaluates_on_prefixed_windows_and_saves_the_layout(tm
     with pytest.raises(ValueError, match="window_layout='blocks' is unknown"):
         run_qa(run_config)
     assert not (tmp_path / "bad").exists()
+
+
+def test_the_default_layout_is_question_prefixed_only_where_block_relative_windows_span_several_blocks():
+    relative = tiny_config(block_relative_positions=True, max_position_embeddings=66)  # b = 64, N = 128
+    assert default_window_layout(relative, 128) == PREFIXED
+    assert default_window_layout(relative, 64) is None  # one block per window: question_first
+    assert default_window_layout(tiny_config(), 64) is None  # positions over the whole input
+    relative.question_answering = {"window_layout": "question_first"}  # fine-tuned on it: the model's own
+    assert default_window_layout(relative, 128) is None
 
 
 def test_the_export_verifies_on_the_layout_the_model_was_fine_tuned_on(tokenizer):

@@ -8,16 +8,18 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import datasets
 import pytest
 import torch
 from accelerate import PartialState
-from conftest import REPO_ROOT, tiny_config, two_process_launcher
+from conftest import REPO_ROOT, load_script, tiny_config, two_process_launcher
+from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
-from blockbert_hf import BlockBertForQuestionAnswering
+from blockbert_hf import BlockBertForQuestionAnswering, training
 from blockbert_hf.pipeline_question_answering import ExtractiveQuestionAnsweringPipeline
 from blockbert_hf.qa import (
     QARunConfig,
@@ -118,10 +120,12 @@ def test_bad_datasets_get_clear_errors(tmp_path):
     (tmp_path / "data.csv").write_text("id,question\n")
     with pytest.raises(ValueError, match="unknown file type"):
         load_qa_dataset(str(tmp_path / "data.csv"))
-    with pytest.raises(ValueError, match="neither an existing file nor one of the Hub datasets"):
-        load_qa_dataset("no_such_dataset")
-    with pytest.raises(ValueError, match="applies to the Hub 'mrqa' dataset only"):
-        load_qa_dataset(str(SQUAD_V1), subset="NewsQA")
+    with pytest.raises(ValueError, match="neither an existing file or folder nor a Hub dataset id"):
+        load_qa_dataset("no such/dataset")
+    with pytest.raises(ValueError, match=r"--mrqa_subset 'NewsQA' keeps one subset of MRQA rows"):
+        load_qa_dataset(str(SQUAD_V1), mrqa_subset="NewsQA")
+    with pytest.raises(ValueError, match="has no configurations"):
+        load_qa_dataset(str(SQUAD_V1), config_name="plain_text")
 
 
 def test_answers_with_wrong_offsets_are_realigned_or_skipped():
@@ -240,6 +244,8 @@ def test_windows_cut_by_several_processes_are_the_windows_of_one(tokenizer, tmp_
             seed=3, preprocessing_num_workers=workers,
         )  # fmt: skip
         data, processes[:] = finetuning._QAData(), []
+        finetuning._training_examples(config, {**feature_kwargs, "block_size": None}, data, {})
+        finetuning._evaluation_examples(config, {**feature_kwargs, "block_size": None}, data)
         finetuning._training_data(config, {**feature_kwargs, "block_size": None}, data, {})
         finetuning._evaluation_data(config, {**feature_kwargs, "block_size": None}, data, {})
         assert processes[-2:] == [workers, workers]  # the training and the evaluation windows
@@ -427,10 +433,12 @@ def test_run_qa_trains_evaluates_and_writes_predictions(trained_run):
     )
     assert metrics["exact_match"] == pytest.approx(recomputed["exact_match"])
     assert metrics["f1"] == pytest.approx(recomputed["f1"]) and metrics["metric_implementation"]
-    # The run's window scoring rule is the default, saved with the model; every rule is scored for comparison.
-    assert metrics["window_scoring"] == "null_relative"
+    # The run's window scoring rule and objective are the defaults, saved with the model; every rule is scored for
+    # comparison.
+    assert (metrics["window_scoring"], metrics["qa_objective"]) == ("null_relative", "window")
     assert json.loads((output / "model" / "config.json").read_text())["question_answering"] == {
-        "window_scoring": "null_relative"
+        "window_scoring": "null_relative",
+        "qa_objective": "window",
     }
     by_rule = json.loads((output / "eval_predictions_by_window_scoring.json").read_text())
     assert set(by_rule) == set(metrics["scores_by_window_scoring"]) == {"raw", "null_relative"}
@@ -536,7 +544,8 @@ def test_run_qa_refuses_the_folder_of_another_or_a_finished_run_before_any_work(
     with pytest.raises(OutputDirError, match=r"holds a finished run \(model, eval_metrics.json\)"):
         run_qa(_trained_run_config(tiny_qa_folder, output))
     with pytest.raises(OutputDirError, match="--do_train True there, False now"):  # evaluating into it
-        run_qa(QARunConfig(model_name_or_path=str(output / "model"), output_dir=str(output), do_eval=True))
+        evaluation = dict(model_name_or_path=str(output / "model"), validation_file=str(SQUAD_V1), do_eval=True)
+        run_qa(QARunConfig(output_dir=str(output), **evaluation))
 
 
 def test_run_qa_resumes_only_a_checkpoint_of_the_same_run(trained_run, tiny_qa_folder, tmp_path, monkeypatch):
@@ -606,7 +615,7 @@ def test_the_window_scoring_rule_is_saved_with_the_model_and_used_by_its_evaluat
         _trained_run_config(tiny_qa_folder, tmp_path / "run", do_eval=False, max_train_steps=1, window_scoring="raw")
     )
     saved = json.loads((tmp_path / "run" / "model" / "config.json").read_text())
-    assert saved["question_answering"] == {"window_scoring": "raw"}
+    assert saved["question_answering"] == {"window_scoring": "raw", "qa_objective": "window"}
     evaluation = _trained_run_config(
         tmp_path / "run" / "model", tmp_path / "eval", do_train=False, train_file=None, max_eval_samples=4
     )
@@ -618,6 +627,9 @@ def test_the_window_scoring_rule_is_saved_with_the_model_and_used_by_its_evaluat
     [
         ("window_scoring", "best", "window_scoring='best' is unknown"),
         ("negative_window_rate", -0.5, r"--negative_window_rate must be in \[0, 1\], got -0.5"),
+        ("qa_objective", "block", "qa_objective='block' is unknown"),
+        # the model records no layout: its windows are question_first, with one null token
+        ("qa_objective", "per_block", "per_block trains every block against its own null token"),
     ],
 )
 def test_bad_sampling_and_scoring_options_stop_before_any_work(
@@ -649,3 +661,153 @@ def test_evaluation_after_every_epoch_logs_loss_and_scores(tiny_qa_folder, tmp_p
         ValueError, match="--eval_strategy epoch evaluates while training: add --do_train and --do_eval"
     ):
         run_qa(_trained_run_config(tiny_qa_folder, tmp_path / "bad", do_eval=False, eval_strategy="epoch"))
+
+
+def test_the_per_block_objective_trains_and_evaluates_and_is_recorded_with_the_model(
+    tiny_qa_folder, tmp_path, monkeypatch
+):
+    """`--qa_objective per_block` on question-prefixed windows (b = 64, N = 128): the loss of training and evaluation
+    is the per-block one, and the model, its card, the run's arguments and metrics record it; evaluating the saved
+    model takes its objective by default."""
+    block_sizes = []
+    per_block_loss = finetuning.per_block_span_loss
+
+    def recording(*args):
+        block_sizes.append(args[4])
+        return per_block_loss(*args)
+
+    monkeypatch.setattr(finetuning, "per_block_span_loss", recording)
+    output = tmp_path / "run"
+    results = run_qa(
+        _trained_run_config(
+            tiny_qa_folder, output, max_train_steps=2, max_train_samples=16, max_eval_samples=8,
+            checkpointing_steps=None, window_layout="question_prefixed_blocks", qa_objective="per_block",
+        )
+    )  # fmt: skip
+    assert results["qa_objective"] == "per_block" and results["completed_steps"] == 2
+    trained = len(block_sizes)
+    assert trained > 2 and set(block_sizes) == {64}  # each training step and evaluation batch
+    assert json.loads((output / "model" / "config.json").read_text())["question_answering"] == {
+        "window_scoring": "null_relative",
+        "qa_objective": "per_block",
+        "window_layout": "question_prefixed_blocks",
+        "block_size": 64,
+    }
+    assert json.loads((output / "run_args.json").read_text())["qa_objective"] == "per_block"
+    assert json.loads((output / "eval_metrics.json").read_text())["qa_objective"] == "per_block"
+    assert "- qa_objective: per_block" in (output / "model" / "README.md").read_text()
+
+    evaluation = _trained_run_config(
+        output / "model", tmp_path / "eval", do_train=False, train_file=None, max_eval_samples=8
+    )
+    evaluated = run_qa(evaluation)
+    assert evaluated["qa_objective"] == "per_block" and len(block_sizes) > trained
+    assert evaluated["eval_loss"] == pytest.approx(results["eval_loss"], rel=1e-5)
+    evaluation.output_dir, evaluation.qa_objective = str(tmp_path / "window"), "window"
+    assert run_qa(evaluation)["eval_loss"] != pytest.approx(results["eval_loss"], rel=1e-3)
+    evaluation.output_dir, evaluation.window_layout = str(tmp_path / "bad"), "question_first"
+    evaluation.qa_objective = None  # the saved model's per_block, on windows without a null token per block
+    with pytest.raises(ValueError, match="The model records qa_objective 'per_block'"):
+        run_qa(evaluation)
+    assert not (tmp_path / "bad").exists()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The options run_qa shares with the ecosystem: any SQuAD-schema dataset, publishing, trackers, checkpointing
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+class RecordingHubApi:
+    """A stand-in for `huggingface_hub.HfApi` that records what each call would upload (no network)."""
+
+    calls: list = []
+
+    def create_repo(self, repo_id, exist_ok=False, **kwargs):
+        RecordingHubApi.calls.append(("create_repo", repo_id, exist_ok))
+        return type("RepoUrl", (), {"repo_id": repo_id})()
+
+    def upload_folder(self, folder_path, repo_id, repo_type=None, commit_message=None, **kwargs):
+        files = {path.relative_to(folder_path).as_posix(): path.read_bytes() for path in Path(folder_path).rglob("*")}
+        RecordingHubApi.calls.append(("upload_folder", repo_id, repo_type, files))
+
+
+@pytest.fixture
+def hub(monkeypatch):
+    monkeypatch.setattr(training, "HfApi", RecordingHubApi)
+    RecordingHubApi.calls = []
+    return RecordingHubApi.calls
+
+
+def test_run_qa_trains_on_a_saved_dataset_folder_and_publishes_the_finished_model_folder(
+    tiny_qa_folder, tmp_path, hub, monkeypatch
+):
+    """`--dataset_name` takes a `DatasetDict.save_to_disk` folder (its splits); `--push_to_hub` uploads
+    OUTPUT_DIR/model as it was saved, card included, with activation checkpointing and TensorBoard on."""
+    rows = read_squad_json(SQUAD_V1).select(range(16))
+    datasets.DatasetDict(train=rows, validation=rows).save_to_disk(str(tmp_path / "my-squad"))
+    checkpointed = []
+    enable = finetuning.enable_gradient_checkpointing
+
+    def recording_enable(model):
+        enable(model)
+        checkpointed.append(model.is_activation_checkpointing)
+
+    monkeypatch.setattr(finetuning, "enable_gradient_checkpointing", recording_enable)
+    output = tmp_path / "run"
+    config = _trained_run_config(
+        tiny_qa_folder, output, train_file=None, validation_file=None, dataset_name=str(tmp_path / "my-squad"),
+        max_train_steps=1, max_eval_samples=4, checkpointing_steps=None, push_to_hub=True,
+        hub_model_id="someone/tiny-blockbert-qa", gradient_checkpointing=True, report_to="tensorboard",
+    )  # fmt: skip
+    results = run_qa(config)
+    assert results["train_examples"] == 16 and results["eval_examples"] == 4 and checkpointed == [True]
+    assert results["hub_repo_id"] == "someone/tiny-blockbert-qa"
+    assert list((output / "blockbert_qa").rglob("events.out.tfevents.*"))  # TensorBoard's log
+    assert [call[0] for call in hub] == ["create_repo", "upload_folder"]
+    _, repo_id, repo_type, files = hub[1]
+    assert (repo_id, repo_type) == ("someone/tiny-blockbert-qa", "model")
+    assert set(files) >= {
+        "config.json", "model.safetensors", "tokenizer.json", "modeling_blockbert.py", "pipeline_question_answering.py",
+        "README.md",
+    }  # fmt: skip
+    assert files["README.md"] == (output / "model" / "README.md").read_bytes()  # the final card, with its scores
+    card = files["README.md"].decode()
+    assert "F1" in card and "`my-squad`" in card and str(tmp_path) not in card
+    assert ModelCard(card).data.base_model is None  # a local start whose card names no Hub model: none made up
+
+
+def test_the_card_carries_the_hub_model_a_local_starting_folder_derives_from(tiny_qa_folder, tmp_path):
+    """A converted or adapted folder's card records the Hub model it derives from; the fine-tuned model's card
+    carries it on as its base_model."""
+    start = tmp_path / "converted"
+    shutil.copytree(tiny_qa_folder, start)
+    ModelCard("---\nbase_model: someone/source-model\n---\n\n# converted\n").save(start / "README.md")
+    run_qa(
+        _trained_run_config(
+            start, tmp_path / "run", do_eval=False, max_train_steps=1, max_train_samples=8, checkpointing_steps=None
+        )
+    )
+    card = ModelCard.load(tmp_path / "run" / "model" / "README.md")
+    assert card.data.base_model == "someone/source-model"
+    assert "local checkpoint (`converted`, which derives from [someone/source-model]" in card.text
+
+
+def test_publishing_options_are_checked_before_any_work(tiny_qa_folder, tmp_path, hub, monkeypatch):
+    monkeypatch.setattr(finetuning, "_load_model_and_tokenizer", lambda config: pytest.fail("work started"))
+    bad_id = _trained_run_config(tiny_qa_folder, tmp_path / "bad", push_to_hub=True, hub_model_id="a/b/c")
+    with pytest.raises(ValueError, match="--hub_model_id 'a/b/c' is not a Hub repository id"):
+        run_qa(bad_id)
+    evaluation_only = _trained_run_config(tiny_qa_folder, tmp_path / "bad", do_train=False, push_to_hub=True)
+    with pytest.raises(ValueError, match="--push_to_hub uploads the fine-tuned model: add --do_train"):
+        run_qa(evaluation_only)
+    assert not (tmp_path / "bad").exists() and hub == []
+
+
+def test_the_dataset_subset_option_of_earlier_versions_is_now_mrqa_subset_with_a_note(monkeypatch, capsys):
+    script = load_script("examples/run_qa.py")
+    parsed = []
+    monkeypatch.setattr(script, "run_qa", lambda config: parsed.append(config) or {})
+    argv = ["--model_name_or_path", "m", "--output_dir", "o", "--dataset_name", "mrqa", "--dataset_subset=NewsQA"]
+    assert script.main(argv) == 0
+    assert parsed[0].mrqa_subset == "NewsQA" and parsed[0].dataset_config_name is None
+    assert "note: --dataset_subset is now --mrqa_subset" in capsys.readouterr().err

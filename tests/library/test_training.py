@@ -111,9 +111,9 @@ def test_a_fresh_run_refuses_a_folder_of_another_or_a_finished_run(tmp_path):
     assert check_output_dir(tmp_path / "new", ARGS, LAYOUT) is None
     (tmp_path / "run_args.json").write_text(json.dumps(ARGS))
     assert check_output_dir(tmp_path, {**ARGS, "logging_steps": 1}, LAYOUT) is None  # logging is resume-safe
+    _checkpoint(tmp_path, 4, ARGS)
     with pytest.raises(OutputDirError, match=r"other arguments \(--learning_rate 0.001 there, 0.002 now\)"):
         check_output_dir(tmp_path, {**ARGS, "learning_rate": 2e-3}, LAYOUT)
-    _checkpoint(tmp_path, 4, ARGS)
     with pytest.raises(OutputDirError, match="pass --resume to continue"):
         check_output_dir(tmp_path, ARGS, LAYOUT)
     (tmp_path / "final_model").mkdir()
@@ -144,6 +144,30 @@ def test_resume_refuses_arguments_that_differ_from_the_checkpoints_run(tmp_path)
     for overwrite in (True, False):  # the run would write over its input, and --overwrite_output_dir delete it
         with pytest.raises(OutputOverwritesInputError, match="--output_dir .* holds --model_name_or_path"):
             check_output_dir(tmp_path, ARGS, LAYOUT, overwrite=overwrite, inputs=inputs)
+
+
+def test_a_folder_whose_run_stopped_before_training_does_not_block_a_run_with_other_arguments(tmp_path):
+    """A run refused or failed after it claimed its folder, before it trained (no checkpoint, no logged step, no
+    final output), must not block its own retry with the option fixed; what a run trained still blocks it."""
+    (tmp_path / "run_args.json").write_text(json.dumps(ARGS))
+    (tmp_path / "tokenizer").mkdir()  # prepared before training: a fresh run writes its own
+    (tmp_path / "metrics.jsonl").write_text("")  # opened, nothing logged
+    fixed = {**ARGS, "learning_rate": 2e-3}
+    assert check_output_dir(tmp_path, fixed, LAYOUT) is None
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 1, "loss": 2.0}) + "\n")
+    with pytest.raises(OutputDirError, match=r"other arguments \(--learning_rate 0.001 there, 0.002 now\)"):
+        check_output_dir(tmp_path, fixed, LAYOUT)
+    (tmp_path / "metrics.jsonl").unlink()
+    _checkpoint(tmp_path, 1, ARGS)
+    with pytest.raises(OutputDirError, match="other arguments"):
+        check_output_dir(tmp_path, fixed, LAYOUT)
+
+
+def test_an_output_dir_that_is_a_file_is_refused_before_any_work(tmp_path):
+    (tmp_path / "out").write_text("a file")
+    for overwrite in (False, True):
+        with pytest.raises(OutputDirError, match=f"--output_dir {tmp_path / 'out'} is a file"):
+            check_output_dir(tmp_path / "out", ARGS, LAYOUT, overwrite=overwrite)
 
 
 def test_a_multi_process_launch_that_accelerate_sets_up_as_one_process_is_refused(monkeypatch):

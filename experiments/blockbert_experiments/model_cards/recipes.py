@@ -108,7 +108,7 @@ def recipe_commands(configuration: PaperConfiguration) -> str:
 # 1. roberta-base's weights as BlockBERT (needs the Hub, or a downloaded folder in place of the id);
 #    the converter checks that n = 1 reproduces roberta-base and writes nothing if it does not
 python examples/convert_roberta_to_blockbert.py {ROBERTA_BASE} {converted} \\
-    --num_blocks {c.num_blocks} --heads {c.heads_per_shift} --max_seq_length {c.max_seq_length}
+    --num_blocks {c.num_blocks} --heads_per_shift {c.heads_per_shift} --max_seq_length {c.max_seq_length}
 
 # 2. continued masked-LM pre-training on your corpus (.txt / .txt.gz / .jsonl documents)
 accelerate launch examples/run_mlm.py --model_name_or_path {converted} --output_dir {run} \\

@@ -1,10 +1,13 @@
 """The grids of the QA experiments and their recipe: `Cell` (a model configuration, a fine-tuning seed, a training set
 and, where a cell differs from the run's recipe, its own learning rate, epochs or negative window rate), `GRID` (the
-comparison) and `RECIPE_GRID` (the choice of the fine-tuning recipe on the dev articles) in priority order,
-`ComparisonConfig` (folders, the recipe, the report's settings) and the batch sizes the recipe gives at each N."""
+comparison) and `RECIPE_GRID`, `EPOCHS_GRID`, `LAYOUT_GRID`, `OBJECTIVE_GRID` (the choice of the fine-tuning recipe on
+the dev articles) in priority order, `ComparisonConfig` (folders, the recipe, the report's settings) and the batch
+sizes the recipe gives at each N."""
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
+
+from blockbert_hf.qa.objective import check_qa_objective
 
 
 BASELINE = "n512_full_seed0"
@@ -23,7 +26,10 @@ class Cell:
     sets the cell is evaluated on (`"second"`: the test sets, `"dev"`: the dev articles). `window_layout` and
     `block_relative_positions` are how its windows are laid out and its positions counted; `epoch_eval_set`, a set
     evaluated after every training epoch (loss, EM, F1 in the training log); `eval_sets`, the sets of its half it is
-    evaluated on (None: all)."""
+    evaluated on (None: all); `qa_objective`, its fine-tuning objective (`run_qa --qa_objective`: `window` or
+    `per_block`); `adapted_from`, the run of the adaptation chain (`experiments/adaptation.py`, in
+    `--adaptation_dir`) whose final model the cell starts from instead of a fresh conversion of the source, with the
+    cell's own attention fields where they differ from that model's."""
 
     name: str
     max_seq_length: int
@@ -40,6 +46,8 @@ class Cell:
     block_relative_positions: bool = False
     epoch_eval_set: str | None = None
     eval_sets: tuple[str, ...] | None = None
+    qa_objective: str = "window"
+    adapted_from: str | None = None
 
     @property
     def training_set(self) -> str:
@@ -53,6 +61,8 @@ class Cell:
             name += f"-n{self.num_blocks}-{(self.heads_per_shift or 'default').replace(':', '_')}"
         if self.block_relative_positions:
             name += "-block-relative"
+        if self.adapted_from:
+            name += f"-from-{self.adapted_from}"
         return name
 
     @property
@@ -65,7 +75,17 @@ class Cell:
                 self.attention_pattern, self.attention_pattern
             )
         trained = ", trained on paragraphs" if self.train_set == PARAGRAPHS else ""
-        return f"N={self.max_seq_length} {model}, seed {self.seed}{trained}"
+        objective = ", per-block objective" if self.qa_objective == "per_block" else ""
+        adapted = f", adapted ({self.adapted_from})" if self.adapted_from else ""
+        return f"N={self.max_seq_length} {model}, seed {self.seed}{trained}{objective}{adapted}"
+
+    def record(self) -> dict:
+        """The cell as its results file records it (`adapted_from` only where set, so that the configurations of
+        cells recorded before the field existed keep their keys)."""
+        fields = asdict(self)
+        if fields["adapted_from"] is None:
+            del fields["adapted_from"]
+        return fields
 
 
 # The comparison, on the recipe chosen on the dev articles (`--recipe_dir`), in two arms.
@@ -162,8 +182,86 @@ LAYOUT_GRID: tuple[Cell, ...] = (
     _layout("question_first", "question_first", False),
     _layout("prefixed_blocks", "question_prefixed_blocks", True),
 )
-GRIDS = {"comparison": GRID, "recipe": RECIPE_GRID, "epochs": EPOCHS_GRID, "layout": LAYOUT_GRID}
-RECIPE_GRIDS = ("recipe", "epochs", "layout")  # reported together, in one results folder
+
+
+# Then the training objective of the long model: the same model and layout (N = 1024, n = 2, 10:2, question-prefixed
+# blocks with positions restarting in each block), at the chosen learning rate and number of epochs (the run's, as
+# `--recipe_dir` gives them), fine-tuned with one start/end softmax over the whole window (`window`, run_qa's default)
+# against one per block, each block's own [CLS] labelled null where the answer is elsewhere (`per_block`), as the
+# null-relative scoring reads them.
+def _objective(qa_objective: str) -> Cell:
+    return _dev_cell(
+        f"dev_n1024_n2_objective_{qa_objective}", max_seq_length=1024, attention_pattern="blockwise", num_blocks=2,
+        heads_per_shift="10:2", window_layout="question_prefixed_blocks", block_relative_positions=True,
+        qa_objective=qa_objective,
+    )  # fmt: skip
+
+
+OBJECTIVE_GRID: tuple[Cell, ...] = (_objective("window"), _objective("per_block"))
+
+
+# The comparison again from adapted weights (`--adaptation_dir`: the chain of experiments/adaptation.py), each cell
+# starting from the final model of the adaptation run of its own pattern and N (so that each pattern is compared after
+# pre-training with its own attention, as the paper compares them).
+# - Stage A, `adapted_table4`: the Table-4 pair at N = 512 (full attention, the equally adapted control, and n = 2,
+#   10:2), two seeds each, trained and tested as `_table4_cell`s.
+# - Stage B, `adapted_long`: the long-document arm, three seeds each: sliding windows of 512 (full attention from the
+#   control), BlockBERT N = 1024 n = 2 (10:2, question-prefixed blocks, positions restarting in each block, the
+#   recipe's objective) and the same model with 12:0 (no head reads the other block: whether cross-block attention
+#   helps at all), both from the n1024_n2_10-2 run.
+# - Stage C, `adapted_extra`: the other patterns (n = 3 8:2:2 at N = 512, two seeds; 9:3 at N = 1024, three seeds).
+#   The adaptation curve's other points are `adapted_table4` again with the --adaptation_dir of a chain run with
+#   another --adaptation_tokens (and its own --results_dir).
+def _adapted(cell: Cell, run: str) -> Cell:
+    return replace(cell, name=f"adapted_{cell.name}", adapted_from=run)
+
+
+def _adapted_long_cell(name: str, heads: str, seed: int, run: str = "n1024_n2_10-2") -> Cell:
+    cell = _long_arm_cell(name, 1024, "blockwise", 2, heads, seed)
+    return _adapted(replace(cell, window_layout="question_prefixed_blocks", block_relative_positions=True), run)
+
+
+ADAPTED_TABLE4_GRID: tuple[Cell, ...] = tuple(
+    cell
+    for seed in (0, 1)
+    for cell in (
+        _adapted(_table4_cell(f"n512_full_seed{seed}", "full", seed=seed), "full_n512"),
+        _adapted(_table4_cell(f"n512_n2_10-2_seed{seed}", "blockwise", 2, "10:2", seed=seed), "n512_n2_10-2"),
+    )
+)
+ADAPTED_LONG_GRID: tuple[Cell, ...] = tuple(
+    cell
+    for seed in (0, 1, 2)
+    for cell in (
+        _adapted(_long_arm_cell(f"n512_full_article_seed{seed}", 512, "full", seed=seed), "full_n512"),
+        _adapted_long_cell(f"n1024_n2_10-2_seed{seed}", "10:2", seed),
+        _adapted_long_cell(f"n1024_n2_12-0_seed{seed}", "12:0", seed),
+    )
+)
+ADAPTED_EXTRA_GRID: tuple[Cell, ...] = (
+    *(
+        _adapted(_table4_cell(f"n512_n3_8-2-2_seed{seed}", "blockwise", 3, "8:2:2", seed=seed), "n512_n3_8-2-2")
+        for seed in (0, 1)
+    ),
+    *(_adapted_long_cell(f"n1024_n2_9-3_seed{seed}", "9:3", seed, run="n1024_n2_9-3") for seed in (0, 1, 2)),
+)
+# The adapted grids' baselines, which replace the default --baseline: the adapted full-attention control at N = 512.
+ADAPTED_BASELINES = {
+    "adapted_table4": "adapted_n512_full_seed0",
+    "adapted_long": "adapted_n512_full_article_seed0",
+    "adapted_extra": "adapted_n512_full_seed0",
+}
+GRIDS = {
+    "comparison": GRID,
+    "recipe": RECIPE_GRID,
+    "epochs": EPOCHS_GRID,
+    "layout": LAYOUT_GRID,
+    "objective": OBJECTIVE_GRID,
+    "adapted_table4": ADAPTED_TABLE4_GRID,
+    "adapted_long": ADAPTED_LONG_GRID,
+    "adapted_extra": ADAPTED_EXTRA_GRID,
+}
+RECIPE_GRIDS = ("recipe", "epochs", "layout", "objective")  # reported together, in one results folder
 
 
 @dataclass
@@ -194,7 +292,19 @@ class ComparisonConfig:
         metadata={
             "help": "which grid: comparison (the attention configurations on the test half), recipe (the "
             "learning-rate screening on the dev articles), epochs (the number of epochs at --learning_rate, on the "
-            "dev articles) or layout (the long model's window layout at --learning_rate, on the dev articles)"
+            "dev articles), layout (the long model's window layout at --learning_rate, on the dev articles) or "
+            "objective (the long model's training objective at --learning_rate and --num_train_epochs, or those of "
+            "--recipe_dir, on the dev articles); from the adapted encoders of --adaptation_dir: adapted_table4 (stage "
+            "A: full attention and n = 2 10:2 at N = 512, 2 seeds, train_512), adapted_long (stage B: sliding windows "
+            "of 512, N = 1024 n = 2 10:2 and 12:0 from the same adapted weights, 3 seeds, train_article) or "
+            "adapted_extra (stage C: n = 3 8:2:2 at N = 512, 9:3 at N = 1024)"
+        },
+    )
+    adaptation_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "the output folder of experiments/adaptation.py, whose runs/<run>/final_model the adapted grids' "
+            "cells start from (required by those grids)"
         },
     )
     cells: list[str] = field(
@@ -218,7 +328,7 @@ class ComparisonConfig:
         metadata={
             "help": "the results folder of the recipe choice (e.g. docs/qa_recipe): the learning rate, epochs, window "
             "scoring and the long models' window layout are then the ones chosen there (it is an error if one is not "
-            "chosen yet), overriding the options below"
+            "chosen yet), and their training objective once it is chosen there, overriding the options below"
         },
     )
     window_scoring: str | None = field(
@@ -231,6 +341,10 @@ class ComparisonConfig:
     )
     long_block_relative_positions: bool = field(
         default=False, metadata={"help": "positions restart at every block in those models"}
+    )
+    long_qa_objective: str = field(
+        default="window",
+        metadata={"help": "the training objective of those models: window or per_block (question-prefixed blocks)"},
     )
     learning_rate: float = field(
         default=5e-5, metadata={"help": "chosen on the dev articles from 5e-5, 1e-4, 2e-4, 3e-4 (--grid recipe)"}
@@ -279,14 +393,31 @@ class ComparisonConfig:
 
 
 def grid_cells(config: ComparisonConfig) -> tuple[Cell, ...]:
-    """The cells of `config.grid`; the comparison's BlockBERT models at N > 512 lay out their windows and count their
-    positions as `config.long_window_layout` and `config.long_block_relative_positions` say."""
+    """The cells of `config.grid`; the comparison's BlockBERT models at N > 512 lay out their windows, count their
+    positions and train as `config.long_window_layout`, `config.long_block_relative_positions` and
+    `config.long_qa_objective` say; those of the adapted grids keep the layout and positions their adapted model was
+    trained with (question-prefixed blocks, positions restarting in each block) and train with
+    `config.long_qa_objective`."""
     if config.grid not in GRIDS:
         raise ValueError(f"--grid {config.grid!r} is unknown: choose among {', '.join(GRIDS)}.")
+    if config.grid in ADAPTED_BASELINES:
+        objective = check_qa_objective(config.long_qa_objective)
+        return tuple(
+            replace(cell, qa_objective=objective) if cell.max_seq_length > 512 and cell.num_blocks > 1 else cell
+            for cell in GRIDS[config.grid]
+        )
     if config.grid != "comparison":
         return GRIDS[config.grid]
+    per_block = check_qa_objective(config.long_qa_objective) == "per_block"
+    if per_block and config.long_window_layout != "question_prefixed_blocks":
+        raise ValueError(
+            "--long_qa_objective per_block trains every block against its own null token: it needs "
+            f"--long_window_layout question_prefixed_blocks, not {config.long_window_layout!r}."
+        )
     layout = dict(
-        window_layout=config.long_window_layout, block_relative_positions=config.long_block_relative_positions
+        window_layout=config.long_window_layout,
+        block_relative_positions=config.long_block_relative_positions,
+        qa_objective=config.long_qa_objective,
     )
     return tuple(
         replace(cell, **layout) if cell.max_seq_length > 512 and cell.attention_pattern == "blockwise" else cell

@@ -18,6 +18,7 @@ from .grid import HALVES, PARAGRAPHS, Cell, ComparisonConfig
 MEASUREMENTS_FILE = "measurements.json"  # written by the driver once an evaluation has finished: its completion mark
 # How the recorded commands name the work and data folders (shell variables: the README's commands set them).
 WORK_DIR_VARIABLE = "$WORK_DIR"
+ADAPTATION_DIR_VARIABLE = "$ADAPTATION_DIR"  # the adaptation chain's folder (experiments/adaptation.py)
 DATA_DIR_VARIABLE = "$DATA_DIR"
 SQUAD_DEV = "SQuAD v1.1 dev (dev-v1.1.json.gz, CC BY-SA 4.0)"
 
@@ -134,8 +135,10 @@ def resolve_source_model(config: ComparisonConfig) -> Path:
 
 def recorded_names(config: ComparisonConfig, source: Path) -> dict[str, Path]:
     """The folders the recorded commands name rather than give (`recorded_command`): the work folder, the data
-    folder, and the installed all-MiniLM-L6-v2 when it is the source."""
+    folder, the adaptation chain's folder, and the installed all-MiniLM-L6-v2 when it is the source."""
     names = {WORK_DIR_VARIABLE: Path(config.work_dir), DATA_DIR_VARIABLE: Path(config.data_dir)}
+    if config.adaptation_dir:
+        names[ADAPTATION_DIR_VARIABLE] = Path(config.adaptation_dir)
     if not config.source_model:
         names[MINILM_VARIABLE] = source
     return names

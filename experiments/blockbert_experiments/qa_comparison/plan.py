@@ -140,8 +140,9 @@ def plan_comparison(config: ComparisonConfig, grid: Sequence[Cell] | None = None
 
 def format_plan(config: ComparisonConfig, plans: Sequence[CellPlan]) -> str:
     """The plan as a table: what each cell still needs and the estimated minutes, with a running total."""
+    width = max([26, *(len(plan.cell.name) for plan in plans)])  # the cell names, aligned
     lines = [
-        f"{'cell':<26} {'N':>5} {'pattern':<13} {'n':>2} {'heads':<8} {'seed':>4} {'train set':<11} {'batch':<6} "
+        f"{'cell':<{width}} {'N':>5} {'pattern':<13} {'n':>2} {'heads':<8} {'seed':>4} {'train set':<11} {'batch':<6} "
         f"{'convert':<7} {'train':<22} {'eval sets':>9} {'train min':>9} {'eval min':>8} {'total h':>7}"
     ]
     total = 0.0
@@ -150,7 +151,7 @@ def format_plan(config: ComparisonConfig, plans: Sequence[CellPlan]) -> str:
         per_device, accumulation = batch_sizes(config, cell.max_seq_length)
         total += plan.train_minutes + plan.eval_minutes
         lines.append(
-            f"{cell.name:<26} {cell.max_seq_length:>5} {cell.attention_pattern:<13} {cell.num_blocks:>2} "
+            f"{cell.name:<{width}} {cell.max_seq_length:>5} {cell.attention_pattern:<13} {cell.num_blocks:>2} "
             f"{cell.heads_per_shift or '-':<8} {cell.seed:>4} {cell.training_set:<11} "
             f"{f'{per_device}x{accumulation}':<6} "
             f"{'yes' if plan.convert else 'cached':<7} {plan.train:<22} {len(plan.eval_sets):>9} "

@@ -1,6 +1,7 @@
-"""The report of the recipe choice (`--grid recipe`, then `--grid epochs` and `--grid layout`): one-epoch screening
-runs of each learning rate, then one 4-epoch run at the chosen one with the dev F1 after every epoch, and the long
-model's window layout at N = 1024, evaluated on the dev articles under both window scoring rules.
+"""The report of the recipe choice (`--grid recipe`, then `--grid epochs`, `--grid layout` and `--grid objective`):
+one-epoch screening runs of each learning rate, then one 4-epoch run at the chosen one with the dev F1 after every
+epoch, the long model's window layout at N = 1024, and its training objective, evaluated on the dev articles under
+both window scoring rules.
 `README.md` in the results folder: the rules of the choice (fixed before any run), the tables, what was chosen, and the
 commands."""
 
@@ -15,6 +16,7 @@ from blockbert_hf.saving import write_file_atomically
 from .grid import (
     EPOCHS_GRID,
     LAYOUT_GRID,
+    OBJECTIVE_GRID,
     RECIPE_EPOCHS,
     RECIPE_GRID,
     SCREENING_NEGATIVE_RATE,
@@ -44,6 +46,14 @@ LAYOUT_RULE = (
     "The long model's window layout is the one of the two runs at N = 1024 (BlockBERT n = 2, 10:2, one epoch at the "
     "chosen learning rate) with the higher dev F1 averaged over the three dev sets under the chosen window scoring; a "
     "tie goes to the question first. Fixed before either run."
+)
+OBJECTIVE_RULE = (
+    "The long model's training objective is the one of two runs at N = 1024 (BlockBERT n = 2, 10:2, the question "
+    "prefixed to every block, positions restarting in every block, the chosen learning rate and number of epochs) "
+    "with the higher dev F1 averaged over the three dev sets under the chosen window scoring: one start/end softmax "
+    "over the whole window, whose first [CLS] is the null label (`window`, the objective of every run above), or one "
+    "per block, each block's own [CLS] labelled null where the answer is elsewhere (`per_block`, the [CLS] that the "
+    "null-relative scoring reads). A tie goes to `window`. Fixed before either run."
 )
 
 
@@ -144,6 +154,25 @@ def layout_choice(results: Mapping[str, Mapping], choice: Mapping | None) -> dic
     }
 
 
+def objective_choice(results: Mapping[str, Mapping], choice: Mapping | None, epochs: Mapping | None) -> dict | None:
+    """The training objective `OBJECTIVE_RULE` picks from the objective runs at the chosen learning rate and number
+    of epochs, once both have their dev results; None before (or before those are chosen)."""
+    if choice is None or epochs is None:
+        return None
+    runs = {
+        name: entry
+        for name, entry in results.items()
+        if (entry["recipe"]["learning_rate"], entry["recipe"]["num_train_epochs"])
+        == (choice["learning_rate"], epochs["num_train_epochs"])
+        and _mean_f1(entry, choice["window_scoring"]) is not None
+    }
+    if len(runs) < len(OBJECTIVE_GRID):
+        return None
+    order = [cell.name for cell in OBJECTIVE_GRID]  # the window objective wins a tie
+    best = max(runs, key=lambda name: (_mean_f1(runs[name], choice["window_scoring"]), -order.index(name)))
+    return {"cell": best, "qa_objective": runs[best]["cell"]["qa_objective"]}
+
+
 def _epoch_rows(results: Mapping[str, Mapping]) -> list[list[str]]:
     """One row per evaluated epoch of the epoch runs: the training loss logged last before it, dev loss, EM, F1."""
     rows = []
@@ -167,31 +196,40 @@ def _epoch_rows(results: Mapping[str, Mapping]) -> list[list[str]]:
 
 @dataclass
 class RecipeRuns:
-    """The runs in a recipe results folder (all, and by grid) and the three choices (None where not made yet)."""
+    """The runs in a recipe results folder (all, and by grid) and the four choices (None where not made yet)."""
 
     found: dict
     screening: dict
     epoch_runs: dict
     layout_runs: dict
+    objective_runs: dict
     choice: dict | None
     epochs: dict | None
     layout: dict | None
+    objective: dict | None
 
 
 def recipe_runs(config: ComparisonConfig) -> RecipeRuns:
-    """The runs in `config.results_dir` and the choices that `CHOICE_RULE`, `EPOCHS_RULE` and `LAYOUT_RULE` make."""
-    found = load_results(config, RECIPE_GRID + EPOCHS_GRID + LAYOUT_GRID)
-    epoch_runs = {name: entry for name, entry in found.items() if name in {cell.name for cell in EPOCHS_GRID}}
-    layout_runs = {name: entry for name, entry in found.items() if name in {cell.name for cell in LAYOUT_GRID}}
-    screening = {name: entry for name, entry in found.items() if name not in {**epoch_runs, **layout_runs}}
+    """The runs in `config.results_dir` and the choices that `CHOICE_RULE`, `EPOCHS_RULE`, `LAYOUT_RULE` and
+    `OBJECTIVE_RULE` make."""
+    found = load_results(config, RECIPE_GRID + EPOCHS_GRID + LAYOUT_GRID + OBJECTIVE_GRID)
+
+    def runs_of(grid) -> dict:
+        return {name: entry for name, entry in found.items() if name in {cell.name for cell in grid}}
+
+    epoch_runs, layout_runs, objective_runs = runs_of(EPOCHS_GRID), runs_of(LAYOUT_GRID), runs_of(OBJECTIVE_GRID)
+    later = {**epoch_runs, **layout_runs, **objective_runs}
+    screening = {name: entry for name, entry in found.items() if name not in later}
     choice = recipe_choice(screening)
     epochs, layout = epochs_choice(epoch_runs, choice), layout_choice(layout_runs, choice)
-    return RecipeRuns(found, screening, epoch_runs, layout_runs, choice, epochs, layout)
+    objective = objective_choice(objective_runs, choice, epochs)
+    return RecipeRuns(found, screening, epoch_runs, layout_runs, objective_runs, choice, epochs, layout, objective)
 
 
 def apply_recipe_choice(config: ComparisonConfig) -> ComparisonConfig:
     """`config` with the recipe chosen in `config.recipe_dir` (learning rate, epochs, window scoring, the long models'
-    window layout and positions); a `ValueError` that says what to run when a choice is not made yet."""
+    window layout and positions, and their training objective once it is chosen: until then the window objective,
+    with a warning); a `ValueError` that says what to run when one of the others is not chosen yet."""
     runs = recipe_runs(replace(config, results_dir=config.recipe_dir, grid="recipe"))
     choice, epochs, layout = runs.choice, runs.epochs, runs.layout
     missing = [what for what, made in (("learning rate", choice), ("epochs", epochs), ("layout", layout)) if not made]
@@ -200,6 +238,11 @@ def apply_recipe_choice(config: ComparisonConfig) -> ComparisonConfig:
             f"{config.recipe_dir} has no {', '.join(missing)} chosen yet: run `qa_comparison.py run --grid recipe`, "
             "then `--grid epochs` and `--grid layout` at the chosen rate, into that folder first."
         )
+    if runs.objective is None and config.grid == "comparison":
+        logger.warning(
+            f"{config.recipe_dir} has no training objective chosen yet (`qa_comparison.py run --grid objective`): the "
+            "long models train with the window objective."
+        )
     return replace(
         config,
         learning_rate=choice["learning_rate"],
@@ -207,6 +250,7 @@ def apply_recipe_choice(config: ComparisonConfig) -> ComparisonConfig:
         window_scoring=choice["window_scoring"],
         long_window_layout=layout["window_layout"],
         long_block_relative_positions=layout["block_relative_positions"],
+        long_qa_objective=runs.objective["qa_objective"] if runs.objective else "window",
     )
 
 
@@ -214,13 +258,14 @@ def write_recipe_report(config: ComparisonConfig) -> dict:
     """Writes `README.md` of the recipe choice into the results folder from the screening cells' results."""
     runs = recipe_runs(config)
     found, results, epoch_runs, layout_runs = runs.found, runs.screening, runs.epoch_runs, runs.layout_runs
-    choice, epochs, layout = runs.choice, runs.epochs, runs.layout
+    choice, epochs, layout, objective = runs.choice, runs.epochs, runs.layout, runs.objective
     header = ["cell", "lr", "epochs", "final train loss", "train wall min", "training precision"]
     for set_name in DEV_SETS:
         header += [f"{set_name} F1 ({rule})" for rule in WINDOW_SCORING_RULES] + [f"{set_name} loss"]
     header.append("mean F1 (null_relative)")
     rows = [_row(name, entry) for name, entry in results.items()]
-    pending = [cell.name for cell in RECIPE_GRID + EPOCHS_GRID + LAYOUT_GRID if cell.name not in found]
+    grids = RECIPE_GRID + EPOCHS_GRID + LAYOUT_GRID + OBJECTIVE_GRID
+    pending = [cell.name for cell in grids if cell.name not in found]
     commands = "\n".join(command for entry in found.values() for command in entry["commands"])
     epoch_rows = [_row(name, entry) for name, entry in epoch_runs.items()]
     epoch_header = ["cell", "epoch", "step", "train loss", "dev_window_512 loss", "EM", "F1"]
@@ -282,6 +327,20 @@ def write_recipe_report(config: ComparisonConfig) -> dict:
             else "not yet (both layout runs need their dev results)."
         ),
         "",
+        "## The long model's training objective",
+        "",
+        OBJECTIVE_RULE,
+        "",
+        _table(header, [_row(name, entry) for name, entry in runs.objective_runs.items()])
+        if runs.objective_runs
+        else "No objective run has results yet.\n",
+        "**Choice**: "
+        + (
+            f"`{objective['qa_objective']}`."
+            if objective
+            else "not yet (both objective runs need their dev results at the chosen learning rate and epochs)."
+        ),
+        "",
         "## Commands",
         "",
         "```bash",
@@ -289,7 +348,12 @@ def write_recipe_report(config: ComparisonConfig) -> dict:
             f"python experiments/qa_comparison.py run --grid {grid}{at_rate} --data_dir $DATA_DIR --work_dir $WORK_DIR "
             f"--results_dir {config.results_dir} --effective_batch_size {config.effective_batch_size} "
             f"--mixed_precision {config.mixed_precision}"
-            for grid, at_rate in (("recipe", ""), ("epochs", chosen_rate), ("layout", chosen_rate))
+            for grid, at_rate in (
+                ("recipe", ""),
+                ("epochs", chosen_rate),
+                ("layout", chosen_rate),
+                ("objective", f" --recipe_dir {config.results_dir}"),
+            )
         ),
         "python experiments/qa_comparison.py report --grid recipe "
         f"--results_dir {config.results_dir} --effective_batch_size {config.effective_batch_size} "
@@ -308,4 +372,11 @@ def write_recipe_report(config: ComparisonConfig) -> dict:
         "",
     ]
     write_file_atomically(Path(config.results_dir) / "README.md", "\n".join(text))
-    return {"cells": list(found), "choice": choice, "epochs": epochs, "layout": layout, "pending": pending}
+    return {
+        "cells": list(found),
+        "choice": choice,
+        "epochs": epochs,
+        "layout": layout,
+        "objective": objective,
+        "pending": pending,
+    }

@@ -5,16 +5,19 @@ checkpoint) and evaluated on the sets without results, then its results files ar
 import logging
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-from blockbert_benchmarks.measuring.machine import machine_description, recorded_path
+from blockbert_benchmarks.measuring.machine import machine_description, recorded_command, recorded_path
 from blockbert_hf.saving import sha256_of_file, write_json_atomically
 from blockbert_hf.training import list_checkpoints, read_metrics
 
+from .adapted import ADAPTED_FILE, adapted_command, check_adapted_models, planned_record, prepare_adapted_model
 from .grid import (
+    ADAPTED_BASELINES,
+    BASELINE,
     PARAGRAPHS,
     RECIPE_GRIDS,
     Cell,
@@ -96,8 +99,15 @@ def _evaluate(
 
 
 def _convert(config: ComparisonConfig, cell: Cell, source: Path) -> None:
-    """Converts the cell's starting model unless it is cached (cells that differ only in seed or data share it)."""
-    if not is_saved_model(CellLayout(config, cell).model):
+    """Converts the cell's starting model (or copies its adapted one) unless it is cached (cells that differ only in
+    seed or data share it)."""
+    model = CellLayout(config, cell).model
+    if is_saved_model(model):
+        return
+    if cell.adapted_from:
+        record = prepare_adapted_model(config, cell, model)
+        logger.info(adapted_command(record, str(model)))
+    else:
         args = convert_args(config, cell, source)
         check_step(run_step(config, "convert_roberta_to_blockbert.py", args), "convert_roberta_to_blockbert.py", args)
 
@@ -127,6 +137,7 @@ def run_comparison(config: ComparisonConfig, grid: Sequence[Cell] | None = None)
     manifest = read_manifest(config)
     test_sets = test_set_names(config, manifest)
     source = resolve_source_model(config)
+    check_adapted_models(config, [cell for cell in cells if not is_saved_model(CellLayout(config, cell).model)])
     for cell in cells:  # a missing --squad_file stops the run before any work, not after the cells before it
         layout = CellLayout(config, cell)
         if cell.training_set == PARAGRAPHS and not is_saved_model(layout.trained_model):
@@ -175,6 +186,8 @@ def write_grid_report(config: ComparisonConfig, grid: Sequence[Cell] | None = No
     """The report of `config.grid`: the comparison's (`write_report`) or the recipe choice's (`write_recipe_report`)."""
     if config.grid in RECIPE_GRIDS:
         return write_recipe_report(config)
+    if config.grid in ADAPTED_BASELINES and config.baseline == BASELINE:
+        config = replace(config, baseline=ADAPTED_BASELINES[config.grid])
     return write_report(config, grid_cells(config) if grid is None else grid)
 
 
@@ -269,6 +282,13 @@ def _trained_precision(attempts: Sequence[Mapping], config: ComparisonConfig) ->
     return "+".join(used) or config.mixed_precision
 
 
+def _adapted_source(config: ComparisonConfig, cell: Cell, source: Path) -> dict:
+    """An adapted cell's starting weights: the adaptation run's final model (its sha256 and the attention fields the
+    cell changed), and the source the chain converted."""
+    record = read_json(CellLayout(config, cell).model / ADAPTED_FILE) or planned_record(cell)
+    return {**record, "adapted_from": record.pop("run"), "converted_from": recorded_path(source)}
+
+
 def _source_model(source: Path, conversion: Mapping) -> dict:
     """The starting weights: what they are (`recorded_path`: an installed package by its name and version), their
     sha256 and the sequence length they were trained on (from the conversion report: a cell with a longer N reads
@@ -279,6 +299,14 @@ def _source_model(source: Path, conversion: Mapping) -> dict:
     if "source_sequence_length" in conversion:
         recorded["sequence_length"] = conversion["source_sequence_length"]
     return recorded
+
+
+def _model_command(config: ComparisonConfig, cell: Cell, source: Path, names: Mapping[str, Path]) -> str:
+    """How the cell's starting model was made: its conversion, or the copy of its adapted model."""
+    if cell.adapted_from:
+        record = read_json(CellLayout(config, cell).model / ADAPTED_FILE) or planned_record(cell)
+        return adapted_command(record, recorded_command([str(CellLayout(config, cell).model)], names))
+    return command_line("convert_roberta_to_blockbert.py", convert_args(config, cell, source), names)
 
 
 def write_cell_results(
@@ -310,7 +338,7 @@ def write_cell_results(
         for name in test_sets
     ]
     results = {
-        "cell": asdict(cell),
+        "cell": cell.record(),
         "label": cell.label,
         "recipe": {
             "learning_rate": recipe.learning_rate,
@@ -330,7 +358,9 @@ def write_cell_results(
             "max_train_samples": config.max_train_samples,
             "max_eval_samples": config.max_eval_samples,
         },
-        "source_model": _source_model(source, conversion),
+        "source_model": _adapted_source(config, cell, source)
+        if cell.adapted_from
+        else _source_model(source, conversion),
         "train": {
             "finished": is_saved_model(layout.trained_model),
             # wall time of the attempts that ran to their end (a killed attempt's time is not known)
@@ -347,7 +377,7 @@ def write_cell_results(
         "sets": sets,
         "finished": is_saved_model(layout.trained_model) and len(done) == len(test_sets),
         "commands": [
-            command_line("convert_roberta_to_blockbert.py", convert_args(config, cell, source), names),
+            _model_command(config, cell, source, names),
             *train_commands,
             *eval_commands,
         ],

@@ -32,7 +32,7 @@ def convert_args(config: ComparisonConfig, cell: Cell, source: Path) -> list[str
     args = [command_path(source), command_path(model), "--max_seq_length", str(cell.max_seq_length)]
     args += ["--attention_pattern", cell.attention_pattern, "--num_blocks", str(cell.num_blocks)]
     if cell.heads_per_shift:
-        args += ["--heads", cell.heads_per_shift]
+        args += ["--heads_per_shift", cell.heads_per_shift]
     if cell.block_relative_positions:
         args.append("--block_relative_positions")
     return args
@@ -65,8 +65,11 @@ def train_args(config: ComparisonConfig, cell: Cell, manifest: Mapping, train_mi
         "--save_total_limit", "1",
         "--mixed_precision", config.mixed_precision,
     ]  # fmt: skip
-    if cell.window_layout != "question_first":
+    # run_qa lays out a block-relative model's windows as question_prefixed_blocks by default: such a cell names its own
+    if cell.window_layout != "question_first" or cell.block_relative_positions:
         args += ["--window_layout", cell.window_layout]
+    if cell.qa_objective != "window":  # the evaluations take it from the trained model
+        args += ["--qa_objective", cell.qa_objective]
     if config.window_scoring is not None:
         args += ["--window_scoring", config.window_scoring]
     if cell.epoch_eval_set is not None:

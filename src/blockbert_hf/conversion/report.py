@@ -1,5 +1,6 @@
 """The conversion report (`conversion_summary`, printed with `format_report`), the output folder's checks
-(`check_output_dir`) and the atomic save of model, tokenizer and `conversion_report.json` (`save_converted`)."""
+(`check_output_dir`) and the atomic save of model, tokenizer and `conversion_report.json` (`save_converted`, which
+names local inputs by their base names: the folder ships the report, the paths are the converting machine's)."""
 
 import json
 import os
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from ..model_card import conversion_model_card, is_hub_id, write_model_card
 from ..modeling_blockbert import BlockBertModel
 from ..saving import atomic_directory, check_output_keeps_inputs
 from .errors import ConversionError
@@ -118,28 +120,50 @@ def check_output_dir(
     if output_dir.exists() and not output_dir.is_dir():
         raise ConversionError(f"OUTPUT_DIR {output_dir} is a file; choose a folder.")
     if output_dir.is_dir() and any(output_dir.iterdir()) and not overwrite:
-        raise ConversionError(f"{output_dir} exists and is not empty; pass --overwrite to replace it.")
-    parent = output_dir.absolute().parent
+        raise ConversionError(f"{output_dir} exists and is not empty; pass --overwrite_output_dir to replace it.")
+    parent = Path(os.path.realpath(output_dir)).parent  # a symlinked OUTPUT_DIR is written where it points
     while not parent.exists():  # the folders the write would create
         parent = parent.parent
     if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
         raise ConversionError(f"OUTPUT_DIR {output_dir} cannot be written: {parent} is not a folder you can write to.")
 
 
+def recorded_name(source: str | os.PathLike) -> str:
+    """How a shipped file names an input: a local file or folder by its base name (as the model cards do), a Hub id
+    as given."""
+    return Path(source).resolve().name if os.path.exists(source) else str(source)
+
+
+def shipped_summary(summary: dict) -> dict:
+    """`summary` as `conversion_report.json` records it: its inputs by `recorded_name`."""
+    tokenizer = {**summary["tokenizer"], "source": recorded_name(summary["tokenizer"]["source"])}
+    return {**summary, "source": recorded_name(summary["source"]), "tokenizer": tokenizer}
+
+
 def save_converted(
-    converted: ConvertedCheckpoint, output_dir: str | os.PathLike, summary: dict, overwrite: bool = False
+    converted: ConvertedCheckpoint,
+    output_dir: str | os.PathLike,
+    summary: dict,
+    overwrite: bool = False,
+    base_model: str | None = None,
 ) -> Path:
-    """Writes model (weights, config, code for `trust_remote_code`), tokenizer (`model_max_length = N`) and
-    `conversion_report.json` into one atomic folder; the folder is reloaded first to check the saved weights.
-    `output_dir` is checked as `check_output_dir` does."""
+    """Writes model (weights, config, code for `trust_remote_code`), tokenizer (`model_max_length = N`),
+    `conversion_report.json` (`shipped_summary`) and the model card `README.md` into one atomic folder; the folder is
+    reloaded first to check the saved weights. The card's `base_model` is `base_model`, else the source where it is a
+    Hub id; a local source without a known Hub id gets none. `output_dir` is checked as `check_output_dir` does."""
     output_dir = Path(output_dir)
-    check_output_dir(output_dir, {"SOURCE": converted.source, "--tokenizer": converted.tokenizer_source}, overwrite)
+    base_model = base_model or (str(converted.source) if is_hub_id(str(converted.source)) else None)
+    check_output_dir(
+        output_dir, {"SOURCE": converted.source, "--tokenizer_name": converted.tokenizer_source}, overwrite
+    )
     model = converted.model
     try:
         with atomic_directory(output_dir) as staging:
             model.save_pretrained(staging)
             converted.tokenizer.save_pretrained(staging)
-            (staging / REPORT_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+            (staging / REPORT_FILE).write_text(json.dumps(shipped_summary(summary), indent=2) + "\n")
+            card = conversion_model_card(shipped_summary(summary), model.config, output_dir.resolve().name, base_model)
+            write_model_card(card, staging)
             kwargs = {"add_pooling_layer": model.pooler is not None} if isinstance(model, BlockBertModel) else {}
             reloaded = type(model).from_pretrained(staging, **kwargs)
             expected = model.state_dict()

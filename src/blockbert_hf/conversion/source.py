@@ -166,11 +166,11 @@ def blockbert_config_from_source(
             heads_per_shift = default_heads_per_shift(source_config.num_attention_heads, num_blocks)
         except ValueError as error:
             example = f"{source_config.num_attention_heads - 1}:1"
-            raise ConversionError(f"{error} (--heads, e.g. --heads {example})") from None
+            raise ConversionError(f"{error} (--heads_per_shift, e.g. --heads_per_shift {example})") from None
     try:
         heads_per_shift = parse_heads_per_shift(heads_per_shift)
     except ValueError as error:
-        raise ConversionError(f"Invalid --heads: {error}") from None
+        raise ConversionError(f"Invalid --heads_per_shift: {error}") from None
     fields = dict(
         vocab_size=source_config.vocab_size,
         hidden_size=source_config.hidden_size,
@@ -206,9 +206,9 @@ def _tokenizer_hint(source: str, tokenizer_name_or_path: str | None) -> str:
     if tokenizer_name_or_path is None:
         return (
             "Copy the checkpoint's tokenizer files (e.g. vocab.txt or vocab.json + merges.txt, tokenizer_config.json) "
-            f"into {source!r}, or pass the folder that holds them with --tokenizer PATH."
+            f"into {source!r}, or pass the folder that holds them with --tokenizer_name PATH."
         )
-    return "Pass the folder of the checkpoint's own tokenizer with --tokenizer PATH."
+    return "Pass the folder of the checkpoint's own tokenizer with --tokenizer_name PATH."
 
 
 def load_source_tokenizer(source: str, tokenizer_name_or_path: str | None = None) -> PreTrainedTokenizerBase:

@@ -91,7 +91,8 @@ def check_tokenizer_on_text(converted: ConvertedCheckpoint, texts: Sequence[str]
             f"The tokenizer from {converted.tokenizer_source!r} turns the verification text ({coverage.words} words) "
             f"into {coverage.tokens} tokens, {coverage.unknown} of them unknown ({coverage.unknown_share:.0%}): it is "
             "not a tokenizer that fits this checkpoint, or the text is in a language it does not cover. Pass the "
-            "checkpoint's own tokenizer with --tokenizer PATH, or text in its language with --verification_text FILE."
+            "checkpoint's own tokenizer with --tokenizer_name PATH, or text in its language with --verification_text "
+            "FILE."
         )
     return coverage
 

@@ -1,10 +1,22 @@
 """The options of a pre-training run (`examples/run_mlm.py` parses them with `transformers.HfArgumentParser`)."""
 
+import re
 from dataclasses import dataclass, field
 from typing import Literal
 
 from ..model_card import DEFAULT_LICENSE
-from ..training import OutputLayout
+from ..training import (
+    GRADIENT_CHECKPOINTING_HELP,
+    HUB_MODEL_ID_HELP,
+    PUSH_TO_HUB_HELP,
+    REPORT_TO_HELP,
+    OutputLayout,
+    check_at_least,
+    check_in_range,
+    check_input_paths,
+    check_positive,
+    hub_repo_id,
+)
 
 
 # " = Robert Boulter = " (stripped) starts a WikiText article; "= = Career = =" is a section, not a document.
@@ -55,6 +67,14 @@ class PretrainingArguments:
     attention_pattern: Literal["blockwise", "full", "sparse_fixed"] | None = field(
         default=None, metadata={"help": "default blockwise (or the checkpoint's)"}
     )
+    block_relative_positions: bool = field(
+        default=False,
+        metadata={
+            "help": "positions restart at every block, so N = n x b with b up to the checkpoint's position rows: "
+            "N = 1024 as 2 blocks of 512 from a 512-position checkpoint (with --num_blocks 2 --max_seq_length "
+            "1024). Off: the checkpoint's setting (a checkpoint that has them keeps them)"
+        },
+    )
     attn_implementation: str = field(default="sdpa", metadata={"help": "attention kernel: eager | sdpa"})
     sparse_prediction: bool = field(
         default=True,
@@ -62,6 +82,25 @@ class PretrainingArguments:
             "help": "run the MLM head on the masked positions only while training (same loss, about 30 percent "
             "faster at hidden 256 / vocab 8k); the saved model has it off"
         },
+    )
+    # ---- which parameters train
+    train_only_mlm_head: bool = field(
+        default=False,
+        metadata={
+            "help": "train the MLM head alone (its dense layer, layer norm and output bias) on the frozen encoder of "
+            "--model_name_or_path, e.g. to give a converted encoder that has no MLM head a trained one before "
+            "continuing MLM. The word embeddings, and the decoder weight tied to them, are part of the frozen encoder"
+        },
+    )
+    freeze_word_embeddings: bool = field(
+        default=False,
+        metadata={
+            "help": "keep the word embeddings, and the MLM decoder weight tied to them, as --model_name_or_path has "
+            "them while the rest trains. Off by default: every parameter trains, as in pre-training"
+        },
+    )
+    eval_before_training: bool = field(
+        default=False, metadata={"help": "also evaluate the starting model, logged as step 0 in metrics.jsonl"}
     )
     # ---- batch and schedule
     tokens_per_batch: int = field(default=131072, metadata={"help": "B x N per optimizer step (paper: 131,072)"})
@@ -92,7 +131,10 @@ class PretrainingArguments:
     stop_after_step: int | None = field(
         default=None, metadata={"help": "stop after this step (schedule unchanged) to resume later"}
     )
-    report_to: str = field(default="auto", metadata={"help": "auto (tensorboard if installed) | tensorboard | none"})
+    report_to: Literal["auto", "tensorboard", "none"] = field(default="auto", metadata={"help": REPORT_TO_HELP})
+    gradient_checkpointing: bool = field(default=False, metadata={"help": GRADIENT_CHECKPOINTING_HELP})
+    push_to_hub: bool = field(default=False, metadata={"help": PUSH_TO_HUB_HELP})
+    hub_model_id: str | None = field(default=None, metadata={"help": HUB_MODEL_ID_HELP})
     overwrite_output_dir: bool = field(
         default=False, metadata={"help": "replace the outputs of an earlier run in output_dir"}
     )
@@ -106,9 +148,9 @@ class PretrainingArguments:
 
     def training_steps(self) -> int:
         """The length of the schedule in optimizer steps."""
-        if self.max_train_steps:
+        if self.max_train_steps is not None:
             return self.max_train_steps
-        if self.max_train_tokens:
+        if self.max_train_tokens is not None:
             return -(-self.max_train_tokens // self.tokens_per_batch)
         raise ValueError("Give the training length: --max_train_steps S or --max_train_tokens T (B x N tokens).")
 
@@ -128,10 +170,74 @@ PRETRAINING_OUTPUTS = OutputLayout(
             "resume_from_checkpoint",
             "stop_after_step",
             "report_to",
+            "gradient_checkpointing",
+            "push_to_hub",
+            "hub_model_id",
             "overwrite_output_dir",
             "per_device_eval_batch_size",
             "attn_implementation",
             "license",
+            "eval_before_training",
         }
     ),
 )
+
+
+def check_pretraining_arguments(args: PretrainingArguments) -> None:
+    """Refuses, before any work, option values that cannot run as asked or would train nothing (0 steps, learning rate
+    0, or no token masked: the run would save its starting weights as pre-trained), and local inputs that do not exist.
+    The model's options are checked by `model.check_model_options`."""
+    if args.document_boundary == "heading":
+        try:
+            re.compile(args.document_heading_regex)
+        except re.error as error:
+            raise ValueError(
+                f"--document_heading_regex {args.document_heading_regex!r} is not a regular expression ({error})."
+            ) from None
+    check_at_least(1, {"--max_train_steps": args.max_train_steps, "--max_train_tokens": args.max_train_tokens})
+    args.training_steps()  # one of the two is given
+    check_positive({"--learning_rate": args.learning_rate, "--max_grad_norm": args.max_grad_norm})
+    if not 0.0 < args.mlm_probability <= 1.0:
+        raise ValueError(f"--mlm_probability must be in (0, 1], got {args.mlm_probability}: it is the share masked.")
+    check_in_range({"--warmup_ratio": args.warmup_ratio}, 0.0, 1.0)
+    below_one = {
+        "--adam_beta1": args.adam_beta1,
+        "--adam_beta2": args.adam_beta2,
+        "--hidden_dropout_prob": args.hidden_dropout_prob,
+        "--attention_probs_dropout_prob": args.attention_probs_dropout_prob,
+    }
+    check_in_range(below_one, 0.0, 1.0, high_included=False)
+    check_in_range({"--validation_split_percentage": args.validation_split_percentage}, 0.0, 100.0, False)
+    non_negative = {
+        "--weight_decay": args.weight_decay,
+        "--adam_epsilon": args.adam_epsilon,
+        "--num_warmup_steps": args.num_warmup_steps,
+        "--eval_steps": args.eval_steps,  # 0: never during the run
+        "--checkpointing_steps": args.checkpointing_steps,  # 0: no checkpoint
+    }
+    check_at_least(0, non_negative)
+    counts = {
+        "--max_seq_length": args.max_seq_length,
+        "--tokens_per_batch": args.tokens_per_batch,
+        "--per_device_train_batch_size": args.per_device_train_batch_size,
+        "--per_device_eval_batch_size": args.per_device_eval_batch_size,
+        "--train_tokenizer_vocab_size": args.train_tokenizer_vocab_size,
+        "--logging_steps": args.logging_steps,
+        "--stop_after_step": args.stop_after_step,
+        "--max_eval_sequences": args.max_eval_sequences,
+    }
+    check_at_least(1, counts)
+    if not (args.tokenizer_name or args.model_name_or_path or args.train_tokenizer_vocab_size):
+        raise ValueError(
+            "No tokenizer: pass --tokenizer_name FOLDER, --model_name_or_path FOLDER (with its tokenizer) or "
+            "--train_tokenizer_vocab_size V to train one on the training files."
+        )
+    files = {"--train_files": args.train_files, "--validation_files": args.validation_files}
+    models = {
+        "--model_name_or_path": args.model_name_or_path,
+        "--tokenizer_name": args.tokenizer_name,
+        "--config_name": args.config_name,
+    }
+    check_input_paths(files, models)
+    if args.push_to_hub:
+        hub_repo_id(args.hub_model_id, args.output_dir)

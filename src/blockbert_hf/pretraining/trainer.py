@@ -8,7 +8,6 @@ Checkpoints, the metrics log, the guards and the optimizer come from `blockbert_
 """
 
 import contextlib
-import importlib.util
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,20 +31,30 @@ from ..training import (
     claim_output_dir,
     create_optimizer,
     create_scheduler,
+    enable_gradient_checkpointing,
     end_run,
+    hub_repo_id,
     load_checkpoint,
+    push_folder_to_hub,
     read_metrics,
     run_arguments,
     save_checkpoint,
     step_scheduler,
+    trackers,
     warmup_steps,
     warn_emulated_bf16,
 )
-from .arguments import FINAL_MODEL_DIR, PRETRAINING_OUTPUTS, RESULTS_FILE, PretrainingArguments
+from .arguments import (
+    FINAL_MODEL_DIR,
+    PRETRAINING_OUTPUTS,
+    RESULTS_FILE,
+    PretrainingArguments,
+    check_pretraining_arguments,
+)
 from .data import MaskingCollator, masking_seed, tokenize_and_pack, validation_collator
 from .documents import check_document_boundary, load_training_data
 from .evaluation import MaskedLMLoss, evaluate
-from .model import BatchGeometry, batch_geometry, build_model, prepare_tokenizer
+from .model import BatchGeometry, batch_geometry, build_model, check_model_options, freeze_parameters, prepare_tokenizer
 
 
 logger = get_logger(__name__)
@@ -99,6 +108,7 @@ class PretrainingRun:
     train_data: object
     eval_data: object | None
     steps_per_epoch: int
+    trained: dict  # which parameters train (`model.trained_parameters`)
     progress: Progress = field(default_factory=Progress)
     metrics: MetricsLog | None = None
     results: dict = field(default_factory=dict)  # what results.json records, once the run has finished
@@ -111,11 +121,13 @@ class PretrainingRun:
 def run_pretraining(args: PretrainingArguments) -> dict:
     """Trains (or resumes) and returns the results written to `results.json`. The launch and the output folder are
     checked before any work (see `blockbert_hf.training`)."""
+    check_pretraining_arguments(args)
     check_document_boundary(args.document_boundary)
+    check_model_options(args)
     total_steps = args.training_steps()
     accelerator = Accelerator(
         mixed_precision=args.mixed_precision,
-        log_with=_trackers(args.report_to),
+        log_with=trackers(args.report_to),
         project_config=ProjectConfiguration(project_dir=args.output_dir),
     )
     check_launch(accelerator, "examples/run_mlm.py")
@@ -128,6 +140,8 @@ def run_pretraining(args: PretrainingArguments) -> dict:
         "--model_name_or_path": args.model_name_or_path,
         "--tokenizer_name": args.tokenizer_name,
         "--config_name": args.config_name,
+        "--train_files": args.train_files,
+        "--validation_files": args.validation_files,
     }
     resume_from = check_output_dir(
         args.output_dir,
@@ -165,14 +179,6 @@ def _run(
     return _finish(run)
 
 
-def _trackers(report_to: str) -> list[str] | None:
-    if report_to == "none":
-        return None
-    if report_to == "auto":
-        return ["tensorboard"] if importlib.util.find_spec("tensorboard") is not None else None
-    return [report_to]
-
-
 def _set_up(
     args: PretrainingArguments,
     accelerator: Accelerator,
@@ -185,6 +191,9 @@ def _set_up(
     tokenizer = prepare_tokenizer(args, train_documents, accelerator, trained_in=resumed_run)
     set_seed(args.seed)
     model = build_model(args, tokenizer)
+    if args.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
+    trained = freeze_parameters(model, args)  # before the optimizer and DDP see the parameters
     train_data = tokenize_and_pack(train_documents, tokenizer, args.max_seq_length)
     eval_data = None
     if validation_documents:
@@ -205,7 +214,7 @@ def _set_up(
     prepared, optimizer = accelerator.prepare(model, optimizer)
     return PretrainingRun(
         args, accelerator, geometry, total_steps, tokenizer, prepared, accelerator.unwrap_model(prepared),
-        optimizer, scheduler, loss, train_data, eval_data, steps_per_epoch,
+        optimizer, scheduler, loss, train_data, eval_data, steps_per_epoch, trained,
     )  # fmt: skip
 
 
@@ -234,6 +243,8 @@ def _train(run: PretrainingRun) -> None:
         unit="step",
     )
     window = LoggingWindow()
+    if args.eval_before_training and run.progress.step == 0 and run.eval_data is not None:
+        run.metrics.log({"step": 0, **_evaluate(run)})
     run.model.train()
     while run.progress.step < last_step:
         epoch, step_in_epoch = divmod(run.progress.step, run.steps_per_epoch)
@@ -333,6 +344,7 @@ def _summary(run: PretrainingRun) -> dict:
         "train_sequences": len(run.train_data),
         "eval_sequences": len(run.eval_data) if run.eval_data is not None else 0,
         "parameters": run.unwrapped.num_parameters(),
+        **run.trained,
         "model": model,
         "seed": run.args.seed,
     }
@@ -356,6 +368,9 @@ def _finish(run: PretrainingRun) -> dict:
             save_final_model(run)
             write_json_atomically(run.output_dir / RESULTS_FILE, results)
             logger.info(f"Saved the final model to {run.output_dir / FINAL_MODEL_DIR}.")
+            if run.args.push_to_hub:  # the finished folder, as saved
+                repo_id = hub_repo_id(run.args.hub_model_id, run.args.output_dir)
+                results["hub_repo_id"] = push_folder_to_hub(run.output_dir / FINAL_MODEL_DIR, repo_id)
     accelerator.wait_for_everyone()
     return results
 

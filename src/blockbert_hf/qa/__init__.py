@@ -1,6 +1,7 @@
 """Extractive question answering: data (`data`), window features (`features`), post-processing and SQuAD metrics
-(`postprocessing`), and the fine-tuning/evaluation loop that `examples/run_qa.py` wires to its command line
-(`finetuning`). `python -m blockbert_hf.qa split-articles SRC OUT_DIR` splits a SQuAD file into two halves."""
+(`postprocessing`), the per-block training objective (`objective`), and the fine-tuning/evaluation loop that
+`examples/run_qa.py` wires to its command line (`finetuning`). `python -m blockbert_hf.qa split-articles SRC OUT_DIR`
+splits a SQuAD file into two halves."""
 
 from ..extras import TRAIN_EXTRA, require_extra
 
@@ -24,9 +25,11 @@ from .features import EVAL_METADATA_COLUMNS, check_question_lengths, prepare_eva
 from .finetuning import (  # noqa: E402
     LEARNING_RATE_GRID,
     QARunConfig,
+    default_window_layout,
     resolve_window_lengths,
     run_qa,
 )
+from .objective import QA_OBJECTIVES, per_block_span_loss  # noqa: E402
 from .postprocessing import (  # noqa: E402
     SquadMetric,
     load_squad_metric,
@@ -40,17 +43,20 @@ __all__ = [
     "EVAL_METADATA_COLUMNS",
     "HUB_DATASETS",
     "LEARNING_RATE_GRID",
+    "QA_OBJECTIVES",
     "QA_COLUMNS",
     "QA_FEATURES",
     "QARunConfig",
     "SquadMetric",
     "check_qa_dataset",
     "check_question_lengths",
+    "default_window_layout",
     "has_impossible_questions",
     "load_qa_dataset",
     "load_squad_metric",
     "mrqa_row",
     "normalize_answer",
+    "per_block_span_loss",
     "postprocess_qa_predictions",
     "prepare_eval_features",
     "prepare_train_features",

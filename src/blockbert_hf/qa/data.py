@@ -1,6 +1,6 @@
-"""QA data as SQuAD-style rows `{id, title, context, question, answers: {text, answer_start}}`: hub datasets by name
-(`squad`, `squad_v2`, `mrqa` with `subset=`) and local files (SQuAD-format `.json`/`.json.gz`, MRQA
-`.jsonl`/`.jsonl.gz`), their checks, answer re-alignment, and the article split of a SQuAD file."""
+"""QA data as SQuAD-style rows `{id, title, context, question, answers: {text, answer_start}}`: any Hub dataset or
+local file or folder with these columns, SQuAD-format `.json(.gz)` and MRQA `.jsonl(.gz)` files and MRQA-schema rows
+(`load_qa_dataset`), their checks, answer re-alignment, and the article split of a SQuAD file."""
 
 import collections
 import json
@@ -10,6 +10,8 @@ import re
 from pathlib import Path
 
 import datasets
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
 
 from ..saving import open_text, write_json_atomically
 
@@ -29,6 +31,7 @@ QA_FEATURES = datasets.Features(
         },
     }
 )
+# Short names of earlier versions -> their Hub ids (any other Hub id is taken as it is).
 HUB_DATASETS = {"squad": "rajpurkar/squad", "squad_v2": "rajpurkar/squad_v2", "mrqa": "mrqa-workshop/mrqa"}
 
 
@@ -150,56 +153,156 @@ def _mrqa_rows(line: str, where: str) -> list[dict]:
         raise ValueError(f"{where}: not an MRQA record ({type(error).__name__}: {error}). {_MRQA_RECORD}") from None
 
 
-def load_qa_dataset(source: str, split: str = "validation", subset: str | None = None) -> datasets.Dataset:
-    """A QA dataset as SQuAD-style rows: a local file (`.json`/`.json.gz` SQuAD format, `.jsonl`/`.jsonl.gz` MRQA),
-    or a Hub dataset by name (`squad`, `squad_v2`, `mrqa`; `subset` picks an MRQA subset such as "SQuAD",
-    "NewsQA", "TriviaQA-web", "SearchQA", "HotpotQA", "NaturalQuestionsShort")."""
+def load_qa_dataset(
+    source: str, split: str = "validation", config_name: str | None = None, mrqa_subset: str | None = None
+) -> datasets.Dataset:
+    """A QA dataset as SQuAD-style rows, from any of:
+
+    - a SQuAD-format file (`.json`/`.json.gz`: `{"data": [{"title", "paragraphs": [...]}]}`);
+    - an MRQA 2019 file (`.jsonl`/`.jsonl.gz`: a header line, then a context with its `qas` per line);
+    - rows with the SQuAD columns `id`, `title`, `context`, `question`, `answers` = {`text`, `answer_start`} (`title`
+      may be left out): a `Dataset.to_json` export (`.json`/`.jsonl`, optionally `.gz`), a `.parquet` file, a
+      `Dataset.save_to_disk` folder (of a `Dataset`, or of a `DatasetDict`, whose `split` is read), or a folder that
+      `datasets.load_dataset` reads (`config_name` picks its configuration);
+    - a Hub dataset id, e.g. `rajpurkar/squad` (the short names `squad`, `squad_v2`, `mrqa` still work), with
+      `config_name` and `split` passed to `datasets.load_dataset`; rows in the MRQA schema (`qid`,
+      `detected_answers`), such as `mrqa-workshop/mrqa`'s, are converted, and `mrqa_subset` keeps the rows of one
+      MRQA subset ("SQuAD", "NewsQA", "TriviaQA-web", "SearchQA", "HotpotQA", "NaturalQuestionsShort").
+
+    Rows that lack a SQuAD column are refused, naming the missing columns."""
     path = Path(source)
-    if path.exists():
-        name = path.name.lower()
-        if name.endswith((".json", ".json.gz")):
-            dataset = read_squad_json(path)
-        elif name.endswith((".jsonl", ".jsonl.gz")):
-            dataset = read_mrqa_jsonl(path)
-        else:
-            raise ValueError(
-                f"{source}: unknown file type. Use SQuAD-format .json/.json.gz or MRQA .jsonl/.jsonl.gz files."
-            )
-        if subset is not None:
-            raise ValueError(f"subset={subset!r} applies to the Hub 'mrqa' dataset only, not to the file {source}.")
-    elif source in HUB_DATASETS:
-        dataset = _load_hub_dataset(source, split, subset)
+    if config_name is not None and (path.is_file() or (path.is_dir() and _is_saved_dataset(path))):
+        raise ValueError(
+            f"{source} has no configurations (a file or a Dataset.save_to_disk folder): leave out the configuration "
+            f"{config_name!r}, which applies to a Hub dataset or a dataset folder that datasets.load_dataset reads."
+        )
+    if path.is_dir():
+        saved = _is_saved_dataset(path)
+        dataset = _load_saved_dataset(path, split) if saved else _load_dataset(source, config_name, split)
+    elif path.exists():
+        dataset = _load_file(path)
+    elif source in HUB_DATASETS or _is_hub_id(source):
+        dataset = _load_dataset(HUB_DATASETS.get(source, source), config_name, split)
     else:
         raise ValueError(
-            f"{source!r} is neither an existing file nor one of the Hub datasets {sorted(HUB_DATASETS)}. "
-            "Pass a SQuAD-format .json(.gz) or an MRQA .jsonl(.gz) file."
+            f"{source!r} is neither an existing file or folder nor a Hub dataset id (such as rajpurkar/squad). Pass a "
+            "SQuAD-format .json(.gz), an MRQA .jsonl(.gz), a file or folder of rows with the SQuAD columns, or an id."
         )
+    dataset = _as_squad_rows(dataset, source, mrqa_subset)
     check_qa_dataset(dataset, source)
     return dataset
 
 
-def _load_hub_dataset(name: str, split: str, subset: str | None) -> datasets.Dataset:
-    if subset is not None and name != "mrqa":
-        raise ValueError(f"subset={subset!r} applies to the Hub 'mrqa' dataset only, not to {name!r}.")
+def _is_hub_id(name: str) -> bool:
     try:
-        dataset = datasets.load_dataset(HUB_DATASETS[name], split=split)
+        validate_repo_id(name)
+    except HFValidationError:
+        return False
+    return True
+
+
+def _is_saved_dataset(folder: Path) -> bool:
+    """A `Dataset.save_to_disk` (`state.json`) or `DatasetDict.save_to_disk` (`dataset_dict.json`) folder."""
+    return (folder / "state.json").is_file() or (folder / "dataset_dict.json").is_file()
+
+
+def _load_saved_dataset(folder: Path, split: str) -> datasets.Dataset:
+    dataset = datasets.load_from_disk(str(folder))
+    if isinstance(dataset, datasets.DatasetDict):
+        if split not in dataset:
+            raise ValueError(f"{folder} has no split {split!r}; it has {sorted(dataset)}.")
+        dataset = dataset[split]
+    return dataset
+
+
+def _load_dataset(name: str, config_name: str | None, split: str) -> datasets.Dataset:
+    """`datasets.load_dataset` of a Hub id or a local dataset folder."""
+    try:
+        return datasets.load_dataset(name, config_name, split=split)
     except Exception as error:
         raise RuntimeError(
-            f"Could not load the Hub dataset {HUB_DATASETS[name]!r} (split {split!r}): {error}. Without access to the "
-            "Hugging Face Hub, pass local files instead (SQuAD .json(.gz) or MRQA .jsonl(.gz))."
+            f"Could not load the dataset {name!r} (configuration {config_name!r}, split {split!r}): {error}. Without "
+            "access to the Hugging Face Hub, pass local files instead (SQuAD .json(.gz), MRQA .jsonl(.gz), or rows "
+            "with the SQuAD columns)."
         ) from error
-    if name != "mrqa":
-        return dataset
-    if subset is not None:
+
+
+def _first_record(path: Path):
+    """The first JSON value of a file: the whole document of a SQuAD file, the first line of a JSON-lines file."""
+    try:
+        with open_text(path) as handle:
+            first_line = next((line for line in handle if line.strip()), "")
+        return json.loads(first_line)
+    except json.JSONDecodeError:
+        return None  # a document over several lines: a SQuAD file (or a broken one, which read_squad_json names)
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path} is not UTF-8 text ({error}); re-encode it as UTF-8.") from None
+
+
+def _load_file(path: Path) -> datasets.Dataset:
+    """A local file: SQuAD-format JSON, MRQA JSON lines, or rows (JSON lines or Parquet) with the SQuAD columns."""
+    name = path.name.lower()
+    if name.endswith(".parquet"):
+        return datasets.Dataset.from_parquet(str(path))
+    if not name.endswith((".json", ".json.gz", ".jsonl", ".jsonl.gz")):
+        raise ValueError(
+            f"{path}: unknown file type. Use SQuAD-format .json(.gz), MRQA .jsonl(.gz), or rows with the SQuAD "
+            "columns as .json(l)(.gz) lines (Dataset.to_json) or .parquet."
+        )
+    first = _first_record(path)
+    if isinstance(first, dict) and not {"header", "qas", "data"} & set(first):
+        return datasets.Dataset.from_json(str(path))  # rows, as Dataset.to_json writes them (one per line)
+    if name.endswith((".jsonl", ".jsonl.gz")):
+        return read_mrqa_jsonl(path)
+    return read_squad_json(path)
+
+
+MRQA_COLUMNS = ("qid", "question", "context", "detected_answers")
+
+
+def _as_squad_rows(dataset: datasets.Dataset, source: str, mrqa_subset: str | None) -> datasets.Dataset:
+    """The SQuAD columns of `dataset` in `QA_FEATURES` (rows in the MRQA schema converted, `mrqa_subset` kept)."""
+    columns = dataset.column_names
+    is_mrqa = set(MRQA_COLUMNS) <= set(columns)
+    if mrqa_subset is not None:
+        if not is_mrqa or "subset" not in columns:
+            raise ValueError(
+                f"--mrqa_subset {mrqa_subset!r} keeps one subset of MRQA rows (columns 'subset', 'qid', "
+                f"'detected_answers'), which {source} does not have (it has {columns})."
+            )
         available = sorted(set(dataset["subset"]))
-        if subset not in available:
-            raise ValueError(f"MRQA split {split!r} has no subset {subset!r}; it has {available}.")
-        dataset = dataset.filter(lambda value: value == subset, input_columns="subset")
-    return dataset.map(
-        lambda row: mrqa_row(row["context"], row["qid"], row["question"], row["detected_answers"], row["subset"]),
-        remove_columns=dataset.column_names,
-        features=QA_FEATURES,
-    )
+        if mrqa_subset not in available:
+            raise ValueError(f"{source} has no MRQA subset {mrqa_subset!r}; it has {available}.")
+        dataset = dataset.filter(lambda value: value == mrqa_subset, input_columns="subset")
+    if is_mrqa:
+        return dataset.map(
+            lambda row: mrqa_row(
+                row["context"], row["qid"], row["question"], row["detected_answers"], row.get("subset", "")
+            ),
+            remove_columns=columns,
+            features=QA_FEATURES,
+        )
+    missing = [column for column in QA_COLUMNS if column not in columns]
+    if missing:
+        raise ValueError(
+            f"{source} lacks the SQuAD column(s) {missing} (it has {columns}). Question answering needs 'id', "
+            "'title' (may be left out), 'context', 'question' and 'answers' = {'text': [...], 'answer_start': [...]}."
+        )
+    _check_answers_feature(dataset, source)
+    if "title" not in columns:
+        dataset = dataset.add_column("title", [""] * len(dataset))
+    dataset = dataset.select_columns(list(QA_FEATURES))
+    return dataset.cast(QA_FEATURES) if dataset.features != QA_FEATURES else dataset
+
+
+def _check_answers_feature(dataset: datasets.Dataset, name: str) -> None:
+    answers_feature = dataset.features["answers"]
+    if isinstance(answers_feature, datasets.List):  # a list of {text, answer_start} records
+        answers_feature = answers_feature.feature
+    if not isinstance(answers_feature, dict) or not {"text", "answer_start"} <= set(answers_feature):
+        raise ValueError(
+            f"{name}: 'answers' must be {{'text': [...], 'answer_start': [...]}} (SQuAD format), got {answers_feature}."
+        )
 
 
 def check_qa_dataset(dataset: datasets.Dataset, name: str = "the dataset") -> None:
@@ -214,11 +317,7 @@ def check_qa_dataset(dataset: datasets.Dataset, name: str = "the dataset") -> No
             f"{name} lacks the column(s) {missing} (it has {dataset.column_names}). Question answering needs 'id', "
             "'question', 'context' and 'answers' = {'text': [...], 'answer_start': [...]} (SQuAD format)."
         )
-    answers_feature = dataset.features["answers"]
-    if not isinstance(answers_feature, dict) or not {"text", "answer_start"} <= set(answers_feature):
-        raise ValueError(
-            f"{name}: 'answers' must be {{'text': [...], 'answer_start': [...]}} (SQuAD format), got {answers_feature}."
-        )
+    _check_answers_feature(dataset, name)
     for column in ("context", "question"):
         empty = [row_id for row_id, text in zip(dataset["id"], dataset[column]) if not text or not text.strip()]
         if empty:

@@ -16,10 +16,10 @@ import torch
 import transformers
 from accelerate import Accelerator
 from accelerate.logging import get_logger
-from accelerate.utils import set_seed
+from accelerate.utils import ProjectConfiguration, set_seed
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
-from transformers import AutoModelForQuestionAnswering, AutoTokenizer, DataCollatorWithPadding
+from transformers import AutoConfig, AutoModelForQuestionAnswering, AutoTokenizer, DataCollatorWithPadding
 from transformers.trainer_pt_utils import LengthGroupedSampler
 
 from ..model_card import DEFAULT_LICENSE, qa_model_card, write_model_card
@@ -37,36 +37,61 @@ from ..pipeline_question_answering import (
 )
 from ..saving import save_atomically, write_json_atomically
 from ..training import (
+    GRADIENT_CHECKPOINTING_HELP,
+    HUB_MODEL_ID_HELP,
     METRICS_FILE,
+    PUSH_TO_HUB_HELP,
+    REPORT_TO_HELP,
     MetricsLog,
     OutputLayout,
+    check_at_least,
     check_finite,
+    check_in_range,
+    check_input_paths,
     check_launch,
     check_output_dir,
+    check_positive,
     checkpoint_to_resume,
     claim_output_dir,
     create_optimizer,
     create_scheduler,
+    enable_gradient_checkpointing,
     end_run,
+    hub_repo_id,
     load_checkpoint,
+    push_folder_to_hub,
     read_metrics,
     run_arguments,
     save_checkpoint,
     step_scheduler,
+    trackers,
     warmup_steps,
     warn_emulated_bf16,
 )
 from .data import has_impossible_questions, load_qa_dataset, realign_answers
 from .features import EVAL_METADATA_COLUMNS, check_question_lengths, prepare_eval_features, prepare_train_features
+from .objective import (
+    QA_OBJECTIVE_KEY,
+    QA_OBJECTIVES,
+    check_block_null_tokens,
+    check_qa_objective,
+    per_block_span_loss,
+    resolve_qa_objective,
+)
 from .postprocessing import load_squad_metric, postprocess_qa_predictions, squad_references
 
 
 logger = get_logger(__name__)
 
 # Fine-tuning defaults: 4 epochs (the paper's), linear decay with 10 percent warmup, batch 32 and a learning rate picked
-# on the dev set from this grid (the usual BERT/RoBERTa SQuAD settings; not re-checked against the paper's appendix).
+# on the dev set from this grid (the usual BERT/RoBERTa-base SQuAD settings; not re-checked against the paper's
+# appendix). Small models want more: docs/qa_recipe measured all-MiniLM-L6-v2 at batch 16 best at 2e-4.
 LEARNING_RATE_GRID = (1e-5, 2e-5, 3e-5, 5e-5)
+MINILM_LEARNING_RATE = 2e-4
 MODEL_DIR = "model"
+# The layout of a model with block-relative positions whose windows span several blocks, unless it records another:
+# docs/qa_recipe measured it far above question_first there (dev F1 51.2 against 11.0 at N = 1024, n = 2).
+BLOCK_RELATIVE_WINDOW_LAYOUT = "question_prefixed_blocks"
 
 
 @dataclass
@@ -77,9 +102,21 @@ class QARunConfig:
     output_dir: str = field(metadata={"help": "model/, checkpoints/, metrics.jsonl, eval_*.json"})
     tokenizer_name: str | None = field(default=None, metadata={"help": "tokenizer folder, if not the model's"})
     # ---- data
-    dataset_name: str | None = field(default=None, metadata={"help": "Hub dataset: squad, squad_v2 or mrqa"})
-    dataset_subset: str | None = field(
-        default=None, metadata={"help": "MRQA subset, e.g. SQuAD, NewsQA, TriviaQA-web, HotpotQA"}
+    dataset_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "a Hub dataset id with the SQuAD columns (id, title, context, question, answers), e.g. "
+            "rajpurkar/squad or rajpurkar/squad_v2, or in the MRQA schema (mrqa-workshop/mrqa); or a local folder "
+            "(Dataset.save_to_disk, or one datasets.load_dataset reads) or file (SQuAD .json, MRQA .jsonl, rows as "
+            "Dataset.to_json or .parquet writes them)"
+        },
+    )
+    dataset_config_name: str | None = field(
+        default=None, metadata={"help": "the configuration of --dataset_name (datasets.load_dataset's name)"}
+    )
+    mrqa_subset: str | None = field(
+        default=None,
+        metadata={"help": "keep one subset of MRQA rows, e.g. SQuAD, NewsQA, TriviaQA-web, HotpotQA"},
     )
     train_file: str | None = field(default=None, metadata={"help": "SQuAD .json(.gz) or MRQA .jsonl(.gz) to train on"})
     validation_file: str | None = field(
@@ -116,14 +153,31 @@ class QARunConfig:
             "help": f"how a window is laid out, one of {', '.join(WINDOW_LAYOUTS)}: the question then the context, "
             "or every block of the model's block size b holding the question then its chunk of the context (for "
             "BlockBERT, best with block_relative_positions); default: the layout the model was fine-tuned on, else "
-            "question_first; saved with a fine-tuned model"
+            f"{BLOCK_RELATIVE_WINDOW_LAYOUT} for a model with block_relative_positions whose windows span more than "
+            "one block (measured far better there: dev F1 51.2 against 11.0, docs/qa_recipe), else question_first; "
+            "saved with a fine-tuned model"
+        },
+    )
+    qa_objective: str | None = field(
+        default=None,
+        metadata={
+            "help": f"the training loss, one of {', '.join(QA_OBJECTIVES)}: one start/end softmax over the whole "
+            "window, whose first [CLS] is the null label, or one per block of a question_prefixed_blocks window, each "
+            "block labelled null at its own [CLS] where the answer is elsewhere (the [CLS] that null_relative scoring "
+            "reads; both are the same with one block per window); default: the objective the model was fine-tuned "
+            "with, else window; saved with a fine-tuned model"
         },
     )
     # ---- training
     num_train_epochs: float = 4.0
     max_train_steps: int | None = field(default=None, metadata={"help": "overrides --num_train_epochs"})
     learning_rate: float = field(
-        default=3e-5, metadata={"help": f"pick it on the dev set from {', '.join(map(str, LEARNING_RATE_GRID))}"}
+        default=3e-5,
+        metadata={
+            "help": f"pick it on the dev set: {', '.join(map(str, LEARNING_RATE_GRID))} are the usual settings for "
+            f"BERT/RoBERTa-base; small models want more (all-MiniLM-L6-v2 at batch 16: {MINILM_LEARNING_RATE} scored "
+            "best of 5e-5, 1e-4, 2e-4 and 3e-4, which diverged; docs/qa_recipe)"
+        },
     )
     weight_decay: float = 0.01
     warmup_ratio: float = 0.1
@@ -177,6 +231,10 @@ class QARunConfig:
             "kernel, while any dropout makes it fall back to the unfused one, several times slower on CPU"
         },
     )
+    gradient_checkpointing: bool = field(default=False, metadata={"help": GRADIENT_CHECKPOINTING_HELP})
+    report_to: Literal["auto", "tensorboard", "none"] = field(default="none", metadata={"help": REPORT_TO_HELP})
+    push_to_hub: bool = field(default=False, metadata={"help": PUSH_TO_HUB_HELP})
+    hub_model_id: str | None = field(default=None, metadata={"help": HUB_MODEL_ID_HELP})
     trust_remote_code: bool = field(default=False, metadata={"help": "allow code saved with the model"})
     license: str = field(
         default=DEFAULT_LICENSE,
@@ -219,6 +277,10 @@ QA_OUTPUTS = OutputLayout(
             "resume_from_checkpoint",
             "overwrite_output_dir",
             "attn_implementation",
+            "gradient_checkpointing",
+            "report_to",
+            "push_to_hub",
+            "hub_model_id",
             "license",
         }
     ),
@@ -270,10 +332,18 @@ def resolve_window_lengths(model, tokenizer, max_seq_length: int | None, doc_str
     return max_seq_length, doc_stride
 
 
-def _load_split(config: QARunConfig, file: str | None, split: str, limit: int | None, what: str):
-    if file is None and config.dataset_name is None:
-        raise ValueError(f"{what} needs --{what}_file or --dataset_name.")
-    dataset = load_qa_dataset(file or config.dataset_name, split=split, subset=None if file else config.dataset_subset)
+def _data_source(config: QARunConfig, file: str | None, option: str) -> str:
+    """The option that names a split's data, for messages: `--train_file PATH` or `--dataset_name NAME`."""
+    return f"{option} {file}" if file else f"--dataset_name {config.dataset_name}"
+
+
+def _load_split(config: QARunConfig, file: str | None, split: str, limit: int | None):
+    if file:
+        dataset = load_qa_dataset(file, split=split)
+    else:
+        dataset = load_qa_dataset(
+            config.dataset_name, split, config_name=config.dataset_config_name, mrqa_subset=config.mrqa_subset
+        )
     return dataset if limit is None else dataset.select(range(min(limit, len(dataset))))
 
 
@@ -285,15 +355,33 @@ class _QAData:
     eval_features: datasets.Dataset | None = None
 
 
-def _training_data(config: QARunConfig, feature_kwargs: dict, data: _QAData, summary: dict) -> None:
-    examples = _load_split(config, config.train_file, config.train_split, config.max_train_samples, "train")
+def _training_examples(config: QARunConfig, feature_kwargs: dict, data: _QAData, summary: dict) -> None:
+    examples = _load_split(config, config.train_file, config.train_split, config.max_train_samples)
     examples, alignment = realign_answers(examples)
     logger.info(
         f"Training answers: {alignment['realigned']} re-aligned to their text, {alignment['dropped']} dropped "
         f"(text not in the context), {alignment['removed_questions']} question(s) skipped (no answer left)."
     )
-    check_question_lengths(examples["id"], examples["question"], name="the training set", **feature_kwargs)
+    source = _data_source(config, config.train_file, "--train_file")
+    check_question_lengths(examples["id"], examples["question"], name=source, **feature_kwargs)
     data.train_examples = examples
+    summary["answer_alignment"] = alignment
+
+
+def _evaluation_examples(config: QARunConfig, feature_kwargs: dict, data: _QAData) -> None:
+    examples = _load_split(config, config.validation_file, config.validation_split, config.max_eval_samples)
+    source = _data_source(config, config.validation_file, "--validation_file")
+    if config.version_2_with_negative is False and has_impossible_questions(examples):
+        raise ValueError(
+            f"{source} has questions without an answer (SQuAD 2.0), which cannot be scored as SQuAD 1.1: pass "
+            "--version_2_with_negative True, or leave it out (detected from the data)."
+        )
+    check_question_lengths(examples["id"], examples["question"], name=source, **feature_kwargs)
+    data.eval_examples = examples
+
+
+def _training_data(config: QARunConfig, feature_kwargs: dict, data: _QAData, summary: dict) -> None:
+    examples = data.train_examples
     sampling = {"negative_window_rate": config.negative_window_rate, "seed": config.seed}
     data.train_features = examples.map(
         prepare_train_features,
@@ -309,16 +397,11 @@ def _training_data(config: QARunConfig, feature_kwargs: dict, data: _QAData, sum
         train_features=len(data.train_features),
         train_null_features=negatives,
         negative_window_rate=config.negative_window_rate,
-        answer_alignment=alignment,
     )
 
 
 def _evaluation_data(config: QARunConfig, feature_kwargs: dict, data: _QAData, summary: dict) -> None:
-    examples = _load_split(
-        config, config.validation_file, config.validation_split, config.max_eval_samples, "validation"
-    )
-    check_question_lengths(examples["id"], examples["question"], name="the evaluation set", **feature_kwargs)
-    data.eval_examples = examples
+    examples = data.eval_examples
     features = examples.map(
         prepare_eval_features,
         batched=True,
@@ -376,6 +459,27 @@ class _Training:
     metrics: MetricsLog | None = None
     completed_steps: int = 0
     logged_losses: list[float] = field(default_factory=list)  # the step losses since the last metrics record
+    objective_block_size: int | None = None  # the blocks of the per-block objective; None: the window objective
+
+
+def _objective_block_size(summary: dict) -> int | None:
+    """The block size of the per-block objective, or None for the window objective (the model's own loss)."""
+    return summary["window_block_size"] if summary["qa_objective"] == "per_block" else None
+
+
+def _outputs_and_loss(model, batch: dict, block_size: int | None):
+    """The model's outputs on `batch` and the loss of its labels: the model's own (one softmax over the window) when
+    `block_size` is None, else the per-block objective over blocks of `block_size` (`per_block_span_loss`)."""
+    if block_size is None:
+        outputs = model(**batch)
+        return outputs, outputs.loss
+    labels = ("start_positions", "end_positions")
+    outputs = model(**{name: value for name, value in batch.items() if name not in labels})
+    loss = per_block_span_loss(
+        outputs.start_logits, outputs.end_logits, *(batch[name] for name in labels), block_size,
+        batch.get("attention_mask"),
+    )  # fmt: skip
+    return outputs, loss
 
 
 def _set_up_training(config: QARunConfig, accelerator: Accelerator, model, dataloader, generator) -> _Training:
@@ -443,7 +547,7 @@ def _train_epoch(training: _Training, epoch: int, batches, bar) -> None:
         if training.completed_steps >= training.max_train_steps:
             break
         with accelerator.accumulate(model):
-            loss = model(**batch).loss
+            _, loss = _outputs_and_loss(model, batch, training.objective_block_size)
             accelerator.backward(loss)
             step_losses.append(loss.detach().float())
             if accelerator.sync_gradients:  # the last micro-batch of a step: check the loss before the update
@@ -507,17 +611,19 @@ def _write_model_card(config: QARunConfig, accelerator: Accelerator, model_confi
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def _eval_loop(accelerator, model, dataloader) -> tuple[list[np.ndarray], list[np.ndarray], float]:
+def _eval_loop(
+    accelerator, model, dataloader, block_size: int | None
+) -> tuple[list[np.ndarray], list[np.ndarray], float]:
     """Start/end logits of every window, in dataset order, gathered from all processes, and the mean loss over the
-    windows (their labels: the answer's tokens, or the null token)."""
+    windows (their labels: the answer's tokens, or the null token; the per-block objective's with `block_size`)."""
     model.eval()
     starts, ends = [], []
     loss_sum, windows = torch.zeros(()), 0
     for batch in tqdm(dataloader, desc="Evaluating", disable=not accelerator.is_local_main_process):
         with torch.no_grad():
-            outputs = model(**batch)
+            outputs, loss = _outputs_and_loss(model, batch, block_size)
         batch_windows = accelerator.gather_for_metrics(batch["input_ids"][:, :1]).shape[0]
-        loss_sum += accelerator.reduce(outputs.loss.detach().float(), reduction="mean").cpu() * batch_windows
+        loss_sum += accelerator.reduce(loss.detach().float(), reduction="mean").cpu() * batch_windows
         windows += batch_windows
         # Batches are padded per process: pad to a common length before gathering (the padding is never read).
         start = accelerator.pad_across_processes(outputs.start_logits.float(), dim=1, pad_index=-1e4)
@@ -592,7 +698,8 @@ def _predict(config: QARunConfig, accelerator, model, data: _QAData, collator, s
         batch_size=config.per_device_eval_batch_size,
     )
     started = time.perf_counter()
-    start_logits, end_logits, loss = _eval_loop(accelerator, model, accelerator.prepare(loader))
+    block_size = _objective_block_size(summary)
+    start_logits, end_logits, loss = _eval_loop(accelerator, model, accelerator.prepare(loader), block_size)
     summary["eval_seconds"] = round(time.perf_counter() - started, 1)
     if not accelerator.is_main_process:
         return None
@@ -632,15 +739,26 @@ def _prepare_data(config: QARunConfig, accelerator: Accelerator, model, tokenize
     processes = accelerator.num_processes
     logger.info(f"Windows of {max_seq_length} tokens overlapping by {doc_stride}; {processes} process(es).")
     window_scoring = check_window_scoring(config.window_scoring or model_window_scoring(model.config))
-    window_layout, block_size = resolve_window_layout(model.config, config.window_layout)
+    layout_option = config.window_layout or default_window_layout(model.config, max_seq_length)
+    window_layout, block_size = resolve_window_layout(model.config, layout_option)
     if block_size is not None:
         logger.info(f"Window layout {window_layout}: blocks of {block_size} tokens, each starting with the question.")
+    if layout_option and not config.window_layout:
+        logger.info(
+            f"--window_layout {window_layout} by default: the model has block-relative positions and windows of "
+            f"{max_seq_length} tokens span several blocks (--window_layout question_first for the other layout)."
+        )
+    qa_objective = resolve_qa_objective(model.config, config.qa_objective, window_layout)
+    if qa_objective == "per_block":
+        check_block_null_tokens(tokenizer)
+        logger.info(f"Objective per_block: a start/end softmax over each block of {block_size} tokens.")
     summary: dict = {
         "model": config.model_name_or_path,
         "max_seq_length": max_seq_length,
         "doc_stride": doc_stride,
         "window_scoring": window_scoring,
         "window_layout": window_layout,
+        "qa_objective": qa_objective,
     }
     if block_size is not None:
         summary["window_block_size"] = block_size
@@ -653,6 +771,11 @@ def _prepare_data(config: QARunConfig, accelerator: Accelerator, model, tokenize
         "block_size": block_size,
     }
     with accelerator.main_process_first():
+        # Every question is read and checked before any window is cut.
+        if config.do_train:
+            _training_examples(config, feature_kwargs, data, summary)
+        if config.do_eval:
+            _evaluation_examples(config, feature_kwargs, data)
         if config.do_train:
             _training_data(config, feature_kwargs, data, summary)
         if config.do_eval:
@@ -667,13 +790,85 @@ def _prepare_data(config: QARunConfig, accelerator: Accelerator, model, tokenize
 def _trained_qa_settings(model_config, summary: dict) -> dict:
     """What the fine-tuned model records (`config.question_answering`), its pipeline's defaults: the window scoring
     rule it is trained for and, unless it is the default `question_first`, the window layout it is trained on with
-    its block size (left out for `question_first`, so such a model's config is what it always was)."""
+    its block size (left out for `question_first`, so such a model's config is what it always was); and the
+    objective it was fine-tuned with (`qa_objective`), which a run continuing from it takes by default."""
     settings = {**qa_settings(model_config), "window_scoring": summary["window_scoring"]}
+    settings[QA_OBJECTIVE_KEY] = summary["qa_objective"]
     settings.pop("window_layout", None)
     settings.pop("block_size", None)
     if summary["window_layout"] != DEFAULT_WINDOW_LAYOUT:
         settings.update(window_layout=summary["window_layout"], block_size=summary["window_block_size"])
     return settings
+
+
+def _check_qa_objective(config: QARunConfig) -> None:
+    """`--qa_objective`, and the window layout it needs, before any work: from the options, or, where they leave
+    the model's recorded defaults to decide, from the model's config."""
+    if config.qa_objective is not None:
+        check_qa_objective(config.qa_objective)
+    blocks = "question_prefixed_blocks"
+    if config.qa_objective == "window" or config.window_layout == blocks:
+        return  # compatible whatever the model records
+    if config.qa_objective is None and config.window_layout is None:
+        return  # the model's recorded pair: a model records the layout it was fine-tuned on with its objective
+    model_config = AutoConfig.from_pretrained(config.model_name_or_path, trust_remote_code=config.trust_remote_code)
+    max_seq_length = config.max_seq_length or getattr(model_config, "max_sequence_length", 0)
+    layout_option = config.window_layout or default_window_layout(model_config, max_seq_length)
+    window_layout, _ = resolve_window_layout(model_config, layout_option)
+    resolve_qa_objective(model_config, config.qa_objective, window_layout)
+
+
+def default_window_layout(model_config, max_seq_length: int) -> str | None:
+    """The window layout a run takes without `--window_layout` where the model records none:
+    `question_prefixed_blocks` for a BlockBERT model with block-relative positions whose windows of `max_seq_length`
+    tokens span more than one block (measured far better there, docs/qa_recipe); None (the model's recorded layout,
+    else question_first) otherwise."""
+    if "window_layout" in qa_settings(model_config) or not getattr(model_config, "block_relative_positions", False):
+        return None
+    block_size = getattr(model_config, "effective_block_size", None)
+    return BLOCK_RELATIVE_WINDOW_LAYOUT if block_size and max_seq_length > block_size else None
+
+
+def _check_run_options(config: QARunConfig) -> None:
+    """The values of the training and evaluation options, and the inputs they name, before any work. A run that
+    would take no step (0 epochs or steps, learning rate 0) is refused: it would save its starting weights as
+    fine-tuned."""
+    if config.do_train:
+        if config.train_file is None and config.dataset_name is None:
+            raise ValueError("--do_train needs --train_file or --dataset_name.")
+        check_at_least(1, {"--max_train_steps": config.max_train_steps}, " (leave it out to train --num_train_epochs)")
+        if config.max_train_steps is None:
+            check_positive({"--num_train_epochs": config.num_train_epochs}, " (or give --max_train_steps)")
+        check_positive({"--learning_rate": config.learning_rate})
+        check_in_range({"--warmup_ratio": config.warmup_ratio}, 0.0, 1.0)
+        check_at_least(0, {"--weight_decay": config.weight_decay})
+        training_counts = {
+            "--per_device_train_batch_size": config.per_device_train_batch_size,
+            "--gradient_accumulation_steps": config.gradient_accumulation_steps,
+            "--logging_steps": config.logging_steps,
+            "--max_train_samples": config.max_train_samples,
+        }
+        check_at_least(1, training_counts)
+    if config.do_eval:
+        if config.validation_file is None and config.dataset_name is None:
+            raise ValueError("--do_eval needs --validation_file or --dataset_name.")
+        evaluation_counts = {
+            "--per_device_eval_batch_size": config.per_device_eval_batch_size,
+            "--n_best_size": config.n_best_size,
+            "--max_answer_length": config.max_answer_length,
+            "--max_eval_samples": config.max_eval_samples,
+        }
+        check_at_least(1, evaluation_counts)
+    check_at_least(
+        1, {"--max_seq_length": config.max_seq_length, "--preprocessing_num_workers": config.preprocessing_num_workers}
+    )
+    check_at_least(0, {"--doc_stride": config.doc_stride})
+    files = {
+        "--train_file": config.train_file if config.do_train else None,
+        "--validation_file": config.validation_file if config.do_eval else None,
+    }
+    models = {"--model_name_or_path": config.model_name_or_path, "--tokenizer_name": config.tokenizer_name}
+    check_input_paths(files, models)
 
 
 def _start(config: QARunConfig) -> tuple[Accelerator, Path | None]:
@@ -684,6 +879,8 @@ def _start(config: QARunConfig) -> tuple[Accelerator, Path | None]:
         check_window_scoring(config.window_scoring)
     if config.window_layout is not None:
         check_window_layout(config.window_layout)
+    _check_run_options(config)
+    _check_qa_objective(config)
     if not 0.0 <= config.negative_window_rate <= 1.0:
         raise ValueError(f"--negative_window_rate must be in [0, 1], got {config.negative_window_rate}.")
     _checkpoint_every(config.checkpointing_steps)
@@ -695,13 +892,25 @@ def _start(config: QARunConfig) -> tuple[Accelerator, Path | None]:
     resume = checkpoint_to_resume(config.resume, config.resume_from_checkpoint)
     if resume and not config.do_train:
         raise ValueError("--resume / --resume_from_checkpoint continue a training run: add --do_train.")
+    if config.push_to_hub and not config.do_train:
+        raise ValueError("--push_to_hub uploads the fine-tuned model: add --do_train.")
+    if config.push_to_hub:
+        hub_repo_id(config.hub_model_id, config.output_dir)
     accelerator = Accelerator(
-        mixed_precision=config.mixed_precision, gradient_accumulation_steps=config.gradient_accumulation_steps
+        mixed_precision=config.mixed_precision,
+        gradient_accumulation_steps=config.gradient_accumulation_steps,
+        log_with=trackers(config.report_to),
+        project_config=ProjectConfiguration(project_dir=config.output_dir),
     )
     check_launch(accelerator, "examples/run_qa.py")
     warn_emulated_bf16(accelerator, "examples/run_qa.py")
     run_args = run_arguments(config)
-    inputs = {"--model_name_or_path": config.model_name_or_path, "--tokenizer_name": config.tokenizer_name}
+    inputs = {
+        "--model_name_or_path": config.model_name_or_path,
+        "--tokenizer_name": config.tokenizer_name,
+        "--train_file": config.train_file,
+        "--validation_file": config.validation_file,
+    }
     resume_from = check_output_dir(
         config.output_dir,
         run_args,
@@ -732,18 +941,23 @@ def _run(config: QARunConfig, accelerator: Accelerator, resume_from: Path | None
         datasets.utils.logging.set_verbosity_error()
         transformers.utils.logging.set_verbosity_error()
     model, tokenizer = _load_model_and_tokenizer(config)
+    if config.gradient_checkpointing and config.do_train:
+        enable_gradient_checkpointing(model)
     data, summary = _prepare_data(config, accelerator, model, tokenizer)
     collator = DataCollatorWithPadding(tokenizer)  # pads each batch to its longest window, on the right
     if config.do_train:
         setattr(model.config, QA_SETTINGS_ATTRIBUTE, _trained_qa_settings(model.config, summary))
         dataloader, generator = _train_dataloader(config, data.train_features, collator)
         training = _set_up_training(config, accelerator, model, dataloader, generator)
+        training.objective_block_size = _objective_block_size(summary)
 
         def evaluate_epoch(epoch: int) -> None:
             scored = _predict(config, accelerator, training.model, data, collator, summary)
             if scored is not None:
                 _log_evaluation(training, epoch, scored.metrics)
 
+        run_args = run_arguments(config)
+        accelerator.init_trackers("blockbert_qa", config={k: v for k, v in run_args.items() if _is_scalar(v)})
         _train(training, resume_from, summary, evaluate_epoch if config.eval_strategy == "epoch" else None)
         model = training.model
         _save_model(config, accelerator, model, tokenizer, summary)
@@ -758,4 +972,12 @@ def _run(config: QARunConfig, accelerator: Accelerator, resume_from: Path | None
         _write_model_card(
             config, accelerator, model_config, Path(config.output_dir) / MODEL_DIR, {**metrics, **summary}
         )
+    if config.push_to_hub and accelerator.is_main_process:  # the finished folder, its card final
+        repo_id = hub_repo_id(config.hub_model_id, config.output_dir)
+        summary["hub_repo_id"] = push_folder_to_hub(Path(config.output_dir) / MODEL_DIR, repo_id)
     return {**metrics, **summary} if accelerator.is_main_process else {}
+
+
+def _is_scalar(value) -> bool:
+    """What a tracker's hyperparameters take (TensorBoard's hparams: numbers, strings and booleans)."""
+    return isinstance(value, (int, float, str, bool))

@@ -1,0 +1,240 @@
+"""The adaptation corpus: the offline text on which a converted encoder continues masked-LM training
+(`experiments/adaptation.py`), written as `.jsonl.gz` files that `examples/run_mlm.py` reads with
+`--document_boundary file` (one record per document, paragraphs separated by blank lines).
+
+Training text, from a data folder laid out as `DATA_FILES` says:
+- WikiText-2 valid (tokenized; one document per article). `<unk>` becomes the tokenizer's unknown token, which the
+  masking never picks as a target, and the ` @-@ `, ` @,@ `, ` @.@ ` escapes become `-`, `,`, `.`;
+- the Project Gutenberg novels, one document each (a Project Gutenberg header and licence, where present, are cut);
+- the contexts of the first half of SQuAD v1.1 dev (`split_squad_articles`' halves), one document per article,
+  without the dev articles (`DEFAULT_DEV_TITLES`): the QA comparison trains on these articles' questions, tunes its
+  recipe on the dev articles and tests on the second half, so neither the dev nor the test contexts are seen here.
+Held-out text: WikiText-2 test, treated as WikiText-2 valid.
+
+`manifest.json` lists every file with its source, documents and tokens under the tokenizer (no special tokens), and
+the packed sequences it gives at N = 512 and 1024 (DOC-SENTENCES packing, as `run_mlm.py` packs it).
+"""
+
+import gzip
+import json
+import re
+import shlex
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
+
+from blockbert_benchmarks.measuring.machine import recorded_path
+from blockbert_hf.pretraining import read_documents, split_documents
+from blockbert_hf.pretraining.data import special_token_template
+from blockbert_hf.saving import atomic_directory, sha256_of_file, write_json_atomically
+
+from .long_context import DEFAULT_DEV_TITLES, hold_out_dev_articles, read_article_halves
+
+
+# Where the sources lie inside the data folder.
+DATA_FILES = {
+    "wikitext2_valid": "corpus/wikitext-2/wiki.valid.tokens.gz",
+    "wikitext2_test": "corpus/wikitext-2/wiki.test.tokens.gz",
+    "gutenberg": "corpus/gutenberg",  # every *.txt.gz in it
+    "squad": "squad/dev-v1.1.json.gz",
+}
+TRAIN_FILES = ("train/wikitext2_valid.jsonl.gz", "train/gutenberg.jsonl.gz", "train/squad_first_half.jsonl.gz")
+HELD_OUT_FILE = "held_out/wikitext2_test.jsonl.gz"
+MANIFEST_FILE = "manifest.json"
+DOCUMENT_BOUNDARY = "file"  # how run_mlm.py reads the files: each record is one document
+SEQUENCE_LENGTHS = (512, 1024)
+WIKITEXT_ESCAPES = {" @-@ ": "-", " @,@ ": ",", " @.@ ": "."}
+GUTENBERG_START = re.compile(r"^\*\*\* ?START OF (THE|THIS) PROJECT GUTENBERG", re.IGNORECASE | re.MULTILINE)
+GUTENBERG_END = re.compile(r"^\*\*\* ?END OF (THE|THIS) PROJECT GUTENBERG", re.IGNORECASE | re.MULTILINE)
+
+
+@dataclass
+class CorpusArguments:
+    """Options of `experiments/adaptation_corpus.py`."""
+
+    data_dir: str = field(
+        metadata={
+            "help": "folder holding corpus/wikitext-2/wiki.{valid,test}.tokens.gz, corpus/gutenberg/*.txt.gz and "
+            "squad/dev-v1.1.json.gz"
+        }
+    )
+    output_dir: str = field(default="outputs/adaptation_corpus", metadata={"help": "train/, held_out/, manifest"})
+    tokenizer: str | None = field(
+        default=None, metadata={"help": "tokenizer folder the manifest counts in (default: the installed MiniLM's)"}
+    )
+    dev_titles: list[str] = field(
+        default_factory=lambda: list(DEFAULT_DEV_TITLES),
+        metadata={"help": "first-half SQuAD articles left out (the QA comparison's dev articles)"},
+    )
+    overwrite: bool = field(default=False, metadata={"help": "replace an existing output_dir"})
+
+
+def source_paths(data_dir: str | Path) -> dict[str, list[Path]]:
+    """The source files in `data_dir`; a `FileNotFoundError` names every one that is missing."""
+    data_dir = Path(data_dir)
+    paths = {name: [data_dir / relative] for name, relative in DATA_FILES.items() if name != "gutenberg"}
+    paths["gutenberg"] = sorted((data_dir / DATA_FILES["gutenberg"]).glob("*.txt.gz"))
+    missing = [str(path) for files in paths.values() for path in files if not path.is_file()]
+    if not paths["gutenberg"]:
+        missing.append(f"{data_dir / DATA_FILES['gutenberg']}/*.txt.gz")
+    if missing:
+        raise FileNotFoundError(
+            f"The data folder {data_dir} lacks {', '.join(missing)}: pass the folder laid out as "
+            f"{', '.join(DATA_FILES.values())}."
+        )
+    return paths
+
+
+def wikitext_documents(path: str | Path, unknown_token: str) -> tuple[list[str], int]:
+    """The articles of a tokenized WikiText file, with its escapes undone and `<unk>` as `unknown_token`; and how many
+    `<unk>` there were."""
+    documents, unknown = [], 0
+    for document in read_documents([str(path)], "heading"):
+        for escape, character in WIKITEXT_ESCAPES.items():
+            document = document.replace(escape, character)
+        unknown += document.count("<unk>")
+        documents.append(document.replace("<unk>", unknown_token))
+    return documents, unknown
+
+
+def without_gutenberg_boilerplate(text: str) -> str:
+    """The body of a Project Gutenberg text: what lies between its START and END markers, where it has them."""
+    start, end = GUTENBERG_START.search(text), GUTENBERG_END.search(text)
+    if start:
+        text = text[text.index("\n", start.end()) + 1 :] if "\n" in text[start.end() :] else ""
+        end = GUTENBERG_END.search(text)
+    return text[: end.start()] if end else text
+
+
+def novel_document(path: str | Path) -> str:
+    """A novel as one document: hard-wrapped lines joined into paragraphs, as `run_mlm.py` reads a text file."""
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        body = without_gutenberg_boilerplate(handle.read())
+    return next(split_documents(body.splitlines(), "file"), "")
+
+
+def squad_documents(path: str | Path, dev_titles: Sequence[str]) -> tuple[list[str], dict]:
+    """The contexts of the first-half articles without the dev articles, one document per article; and which
+    articles went where."""
+    first, second = read_article_halves(path)
+    training, dev = hold_out_dev_articles(first, dev_titles)
+    documents = ["\n".join(article.paragraphs) for article in training]
+    split = {
+        "first_half_articles": [article.title for article in training],
+        "left_out_dev_articles": [article.title for article in dev],
+        "left_out_second_half_articles": len(second),
+    }
+    return documents, split
+
+
+def write_jsonl_gz(path: Path, documents: Iterable[str]) -> None:
+    """One `{"text": ...}` record per document, its paragraphs separated by blank lines (as `split_documents` reads
+    them back); gzip without a timestamp, so the same text gives the same bytes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as zipped:
+        for document in documents:
+            record = {"text": document.replace("\n", "\n\n")}
+            zipped.write((json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
+
+
+def count_tokens(documents: Sequence[str], tokenizer: PreTrainedTokenizerBase, batch: int = 64) -> list[int]:
+    counts = []
+    for begin in range(0, len(documents), batch):
+        encoded = tokenizer(list(documents[begin : begin + batch]), add_special_tokens=False, verbose=False)
+        counts += [len(ids) for ids in encoded["input_ids"]]
+    return counts
+
+
+def file_entry(relative: str, source: str, documents: Sequence[str], tokenizer: PreTrainedTokenizerBase) -> dict:
+    """A manifest entry: documents, tokens and the packed sequences at each N of `SEQUENCE_LENGTHS`."""
+    counts = count_tokens(documents, tokenizer)
+    prefix, suffix = special_token_template(tokenizer)
+    specials = len(prefix) + len(suffix)
+    sequences = {str(n): sum(-(-count // (n - specials)) for count in counts) for n in SEQUENCE_LENGTHS}
+    return {
+        "file": relative,
+        "source": source,
+        "documents": len(documents),
+        "tokens": sum(counts),
+        "sequences": sequences,
+    }
+
+
+def _totals(entries: Sequence[dict]) -> dict:
+    return {
+        "documents": sum(entry["documents"] for entry in entries),
+        "tokens": sum(entry["tokens"] for entry in entries),
+        "sequences": {str(n): sum(entry["sequences"][str(n)] for entry in entries) for n in SEQUENCE_LENGTHS},
+    }
+
+
+def build_corpus(args: CorpusArguments) -> dict:
+    """Writes the corpus into `args.output_dir` (atomically: all of it or nothing) and returns its manifest."""
+    output_dir = Path(args.output_dir)
+    if output_dir.exists() and any(output_dir.iterdir()) and not args.overwrite:
+        raise FileExistsError(f"{output_dir} is not empty: pass --overwrite to replace it, or another --output_dir.")
+    paths = source_paths(args.data_dir)
+    tokenizer_path = args.tokenizer or str(_installed_minilm())
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+    unknown_token = tokenizer.unk_token
+    wiki_valid, unknown_valid = wikitext_documents(paths["wikitext2_valid"][0], unknown_token)
+    wiki_test, unknown_test = wikitext_documents(paths["wikitext2_test"][0], unknown_token)
+    novels = [novel_document(path) for path in paths["gutenberg"]]
+    squad, squad_split = squad_documents(paths["squad"][0], args.dev_titles)
+    train = [
+        (TRAIN_FILES[0], paths["wikitext2_valid"][0].name, wiki_valid),
+        (TRAIN_FILES[1], ", ".join(path.name for path in paths["gutenberg"]), novels),
+        (TRAIN_FILES[2], f"{paths['squad'][0].name}, first half without the dev articles", squad),
+    ]
+    held_out = [(HELD_OUT_FILE, paths["wikitext2_test"][0].name, wiki_test)]
+    manifest = {
+        "command": corpus_command(args),
+        "document_boundary": DOCUMENT_BOUNDARY,
+        "tokenizer": recorded_path(tokenizer_path),
+        "train": [file_entry(*entry, tokenizer) for entry in train],
+        "held_out": [file_entry(*entry, tokenizer) for entry in held_out],
+        "wikitext_unknown_words": {"valid": unknown_valid, "test": unknown_test, "written_as": unknown_token},
+        "squad": {"dev_titles": list(args.dev_titles), **squad_split},
+        "source_sha256": {path.name: sha256_of_file(path) for files in paths.values() for path in files},
+    }
+    manifest["totals"] = {"train": _totals(manifest["train"]), "held_out": _totals(manifest["held_out"])}
+    with atomic_directory(output_dir) as staging:
+        for relative, _, documents in train + held_out:
+            write_jsonl_gz(staging / relative, documents)
+        write_json_atomically(staging / MANIFEST_FILE, manifest)
+    return manifest
+
+
+def corpus_command(args: CorpusArguments) -> str:
+    """The command that writes this corpus, with the data folder as `$DATA_DIR`."""
+    words = ["python", "experiments/adaptation_corpus.py", "--data_dir", "$DATA_DIR"]
+    words += ["--output_dir", recorded_path(args.output_dir)]
+    if args.tokenizer:
+        words += ["--tokenizer", recorded_path(args.tokenizer)]
+    if list(args.dev_titles) != list(DEFAULT_DEV_TITLES):
+        words += ["--dev_titles", *args.dev_titles]
+    return shlex.join(words).replace("'$DATA_DIR'", "$DATA_DIR")
+
+
+def corpus_files(corpus_dir: str | Path) -> tuple[list[Path], list[Path]]:
+    """The training and held-out files of a corpus folder, as its manifest lists them."""
+    corpus_dir = Path(corpus_dir)
+    manifest_path = corpus_dir / MANIFEST_FILE
+    if not manifest_path.is_file():
+        raise FileNotFoundError(
+            f"{corpus_dir} holds no {MANIFEST_FILE}: write the corpus first (python experiments/adaptation_corpus.py "
+            f"--data_dir DATA --output_dir {corpus_dir})."
+        )
+    manifest = json.loads(manifest_path.read_text())
+    return (
+        [corpus_dir / entry["file"] for entry in manifest["train"]],
+        [corpus_dir / entry["file"] for entry in manifest["held_out"]],
+    )
+
+
+def _installed_minilm() -> Path:
+    from .minilm import installed_minilm
+
+    return installed_minilm()
