@@ -70,6 +70,24 @@ def tiny_config(**overrides) -> BlockBertConfig:
     return BlockBertConfig(**fields)
 
 
+def tiny_roberta_source(folder, tokenizer):
+    """A saved 2-layer RoBERTa encoder with its tokenizer (hidden 48, 12 heads, so that 10:2, 8:2:2 and 9:3 split it)
+    at N = 512: a source model for the conversion and adaptation chains."""
+    from transformers import RobertaConfig, RobertaModel
+
+    config = RobertaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=12,
+        intermediate_size=96,
+        max_position_embeddings=514,
+    )
+    RobertaModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
 def planted_qa_model(tokenizer, markers, null_strength=0.0, **config_overrides):
     """A tiny BlockBERT QA model whose answer is set by its weights: every layer adds nothing to the residual stream
     (its output projections are zero), so each token's final state is its normalized word embedding. Dimension 0 is

@@ -5,26 +5,10 @@ runs skipped, the results and their recorded commands; and its refusals before a
 import json
 
 import pytest
-from conftest import SAMPLE_TEXT, load_script
+from conftest import SAMPLE_TEXT, load_script, tiny_roberta_source
 from safetensors.torch import load_file
-from transformers import RobertaConfig, RobertaModel
 
 from blockbert_experiments.adaptation import COMMANDS_FILE, CURVES_PNG, RESULTS_JSON, RUN_NAMES
-
-
-def _source(folder, tokenizer):
-    """A 2-layer RoBERTa encoder (hidden 48, 12 heads, so that 10:2, 8:2:2 and 9:3 split it) at N = 512."""
-    config = RobertaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=48,
-        num_hidden_layers=2,
-        num_attention_heads=12,
-        intermediate_size=96,
-        max_position_embeddings=514,
-    )
-    RobertaModel(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 def _argv(tmp_path, *extra) -> list[str]:
@@ -42,7 +26,7 @@ def _commands(tmp_path) -> list[dict]:
 
 
 def test_the_chain_converts_trains_the_head_and_continues_each_pattern_from_it(tmp_path, tokenizer, capsys):
-    _source(tmp_path / "source", tokenizer)
+    tiny_roberta_source(tmp_path / "source", tokenizer)
     script = load_script("experiments/adaptation.py")
     assert script.main(_argv(tmp_path, "--runs", "reference", "full_n512", "n1024_n2_10-2")) == 0
     output = tmp_path / "adaptation"
@@ -88,7 +72,7 @@ def test_the_chain_converts_trains_the_head_and_continues_each_pattern_from_it(t
 
 
 def test_the_chain_refuses_bad_options_before_any_work(tmp_path, tokenizer, capsys):
-    _source(tmp_path / "source", tokenizer)
+    tiny_roberta_source(tmp_path / "source", tokenizer)
     script = load_script("experiments/adaptation.py")
     refusals = {
         ("--stop_after_step", "2"): "--stop_after_step stops one run",

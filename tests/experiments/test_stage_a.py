@@ -12,8 +12,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT, SAMPLE_TEXT
-from transformers import RobertaConfig, RobertaModel
+from conftest import REPO_ROOT, SAMPLE_TEXT, tiny_roberta_source
 
 
 SCRIPT = REPO_ROOT / "experiments" / "offline_gpu" / "stage_a.sh"
@@ -51,21 +50,6 @@ def _data_folder(folder: Path) -> Path:
     files = sorted(str(path.relative_to(folder)) for path in folder.rglob("*.gz"))
     sums = subprocess.run(["sha256sum", *files], cwd=folder, capture_output=True, text=True, check=True).stdout
     (folder / "SHA256SUMS").write_text(sums)
-    return folder
-
-
-def _source(folder: Path, tokenizer) -> Path:
-    """A 2-layer RoBERTa encoder with 12 heads (so that 10:2 splits it) at N = 512."""
-    config = RobertaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=48,
-        num_hidden_layers=2,
-        num_attention_heads=12,
-        intermediate_size=96,
-        max_position_embeddings=514,
-    )
-    RobertaModel(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
     return folder
 
 
@@ -107,7 +91,7 @@ def test_stage_a_runs_every_step_then_redoes_nothing(tmp_path, tokenizer):
     if shutil.which("sha256sum") is None or shutil.which("timeout") is None:
         pytest.skip("needs coreutils' sha256sum and timeout")
     _data_folder(tmp_path / "data")
-    _source(tmp_path / "source", tokenizer)
+    tiny_roberta_source(tmp_path / "source", tokenizer)
     done = _run(tmp_path, "prepare", "adapt", "diagnose", "qa", "collect")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
 
