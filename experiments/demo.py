@@ -46,6 +46,7 @@ import torch  # noqa: E402
 from transformers import HfArgumentParser  # noqa: E402
 
 from blockbert_experiments.demo import (  # noqa: E402
+    HeldOutArticle,
     conversion_outcome,
     evaluate_held_out,
     format_report,
@@ -301,12 +302,10 @@ def check_output_dir(output_dir: Path) -> None:
     )
 
 
-def main(argv=None) -> int:
-    (args,) = build_parser().parse_args_into_dataclasses(args=argv)
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.WARNING)
-    started = time.perf_counter()
-    output_dir = Path(args.output_dir)
-    try:  # bad options and inputs stop the demo here, before any work, with the reason
+def prepare(args: DemoArguments, output_dir: Path) -> tuple[Path, HeldOutArticle, dict]:
+    """Checks the options, inputs and output folder, and writes the fine-tuning file: the source model's folder, the
+    held-out article and what the training file holds. Stops the demo (exit 2) with the reason on bad input."""
+    try:
         check_options(args)
         check_output_dir(output_dir)
         inputs = {
@@ -340,28 +339,28 @@ def main(argv=None) -> int:
         ),
         flush=True,
     )
-    converted, trained = output_dir / "converted", output_dir / "qa"
+    return source, held_out, training
+
+
+def convert(args: DemoArguments, source: Path, converted: Path) -> str:
+    """Converts the source model to BlockBERT; returns the command, as recorded."""
     if args.block_relative_positions:
         length_options = ["--block_relative_positions", "--block_size", str(args.max_seq_length // args.num_blocks)]
     else:
         length_options = ["--max_seq_length", str(args.max_seq_length)]
-    convert_command = run_script(
+    return run_script(
         "convert_roberta_to_blockbert.py",
-        [
-            shown_path(source),
-            str(converted),
-            "--num_blocks",
-            str(args.num_blocks),
-            "--heads_per_shift",
-            args.heads_per_shift,
-        ]
-        + [*length_options, "--overwrite"],
+        [shown_path(source), str(converted), "--num_blocks", str(args.num_blocks)]
+        + ["--heads_per_shift", args.heads_per_shift, *length_options, "--overwrite"],
         names=None if args.source_model else {MINILM_VARIABLE: source},
     )
-    train_started = time.perf_counter()
-    train_command = run_script(
+
+
+def fine_tune(args: DemoArguments, converted: Path, trained: Path, training_file: str) -> str:
+    """Fine-tunes the converted model for question answering; returns the command, as recorded."""
+    return run_script(
         "run_qa.py",
-        ["--model_name_or_path", str(converted), "--train_file", training["file"], "--do_train"]
+        ["--model_name_or_path", str(converted), "--train_file", training_file, "--do_train"]
         + ["--output_dir", str(trained), "--overwrite_output_dir", "--group_by_length"]
         + ["--max_seq_length", str(args.train_window), "--num_train_epochs", f"{args.num_train_epochs:g}"]
         + ["--learning_rate", f"{args.learning_rate:g}", "--per_device_train_batch_size"]
@@ -371,6 +370,37 @@ def main(argv=None) -> int:
         # Without attention dropout PyTorch's SDPA runs its fused kernel; with it, an unfused one, ~3x slower on CPU.
         + ["--attention_probs_dropout_prob", "0"],
     )
+
+
+def write_outputs(results: dict, output_dir: Path, model_folder: Path) -> tuple[Path, str]:
+    """Writes results.json, the fine-tuned model's card and report.md; returns the results file and the card's path
+    (or why it was not written)."""
+    results_file = write_json_atomically(output_dir / "results.json", results)
+    try:
+        card = write_card(
+            demo_card(model_folder, results_file, name="blockbert-minilm-demo"), model_folder.parent, "model"
+        )
+    except ValueError as error:  # e.g. a --source_model whose Hub id and license the card cannot name
+        card = f"not written: {error}"
+    write_file_atomically(
+        output_dir / "report.md",
+        f"# `make demo`, as run\n\n```bash\n{results['command']}\n```\n\nOn {results['machine']}, in "
+        f"{results['elapsed_seconds'] / 60:.1f} min; every number below is in `results.json` beside this file.\n\n"
+        f"```text\n{format_report(results)}\n```\n",
+    )
+    return results_file, card
+
+
+def main(argv=None) -> int:
+    (args,) = build_parser().parse_args_into_dataclasses(args=argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.WARNING)
+    started = time.perf_counter()
+    output_dir = Path(args.output_dir)
+    source, held_out, training = prepare(args, output_dir)
+    converted, trained = output_dir / "converted", output_dir / "qa"
+    convert_command = convert(args, source, converted)
+    train_started = time.perf_counter()
+    train_command = fine_tune(args, converted, trained, training["file"])
     train_seconds = time.perf_counter() - train_started
     model_folder = trained / "model"
 
@@ -389,17 +419,11 @@ def main(argv=None) -> int:
         "conversion": {"command": convert_command, "folder": recorded_path(converted), **conversion_outcome(converted)},
         "model": {
             "folder": recorded_path(model_folder),
-            "max_seq_length": args.max_seq_length,
-            "num_blocks": args.num_blocks,
-            "heads_per_shift": args.heads_per_shift,
-            "block_relative_positions": args.block_relative_positions,
-            "window_layout": args.window_layout,
+            **{key: getattr(args, key) for key in ("max_seq_length", "num_blocks", "heads_per_shift")},
+            **{key: getattr(args, key) for key in ("block_relative_positions", "window_layout")},
         },
         "training": {
-            "articles": training["articles"],
-            "questions": training["questions"],
-            "paragraph_questions": training["paragraph_questions"],
-            "paragraph_negatives": training["paragraph_negatives"],
+            **{key: training[key] for key in ("articles", "questions", "paragraph_questions", "paragraph_negatives")},
             **training_outcome(trained),
             "command": train_command,
             "seconds": round(train_seconds, 1),
@@ -408,20 +432,8 @@ def main(argv=None) -> int:
         "efficiency": cost,
     }
     results["elapsed_seconds"] = round(time.perf_counter() - started, 1)
-    results_file = write_json_atomically(output_dir / "results.json", results)
-    try:
-        card = write_card(demo_card(model_folder, results_file, name="blockbert-minilm-demo"), trained, "model")
-    except ValueError as error:  # e.g. a --source_model whose Hub id and license the card cannot name
-        card = f"not written: {error}"
-
-    report = format_report(results)
-    write_file_atomically(
-        output_dir / "report.md",
-        f"# `make demo`, as run\n\n```bash\n{results['command']}\n```\n\nOn {results['machine']}, in "
-        f"{results['elapsed_seconds'] / 60:.1f} min; every number below is in `results.json` beside this file.\n\n"
-        f"```text\n{report}\n```\n",
-    )
-    print("\n" + report)
+    results_file, card = write_outputs(results, output_dir, model_folder)
+    print("\n" + format_report(results))
     print(
         f"\nDone in {results['elapsed_seconds'] / 60:.1f} min ({torch.get_num_threads()} CPU threads)."
         f"\n  fine-tuned model: {model_folder}  (its model card: {card})"

@@ -36,9 +36,10 @@ from blockbert_hf.conversion import REPORT_FILE, with_blockwise_fields
 from blockbert_hf.conversion.weights import extend_position_embeddings
 from blockbert_hf.modeling_blockbert import BlockBertForQuestionAnswering
 from blockbert_hf.qa import load_squad_metric, read_squad_json
-from blockbert_hf.qa.context_filling import make_example, read_articles
 from blockbert_hf.saving import write_json_atomically
 from blockbert_hf.training import METRICS_FILE, RUN_ARGS_FILE, read_metrics
+
+from .context_filling import make_example, read_articles
 
 
 # Answers longer than this many tokens are not proposed (run_qa's default, so training and demo score alike).

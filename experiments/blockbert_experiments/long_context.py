@@ -33,7 +33,15 @@ import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from blockbert_benchmarks.measuring.machine import recorded_path
-from blockbert_hf.qa.context_filling import (
+from blockbert_hf.qa.data import split_squad_articles
+from blockbert_hf.saving import (
+    atomic_directory,
+    sha256_of_file,
+    write_file_atomically,
+    write_json_atomically,
+)
+
+from .context_filling import (
     SEPARATOR,
     Article,
     Example,
@@ -42,13 +50,6 @@ from blockbert_hf.qa.context_filling import (
     make_example,
     read_articles,
     token_counts,
-)
-from blockbert_hf.qa.data import split_squad_articles
-from blockbert_hf.saving import (
-    atomic_directory,
-    sha256_of_file,
-    write_file_atomically,
-    write_json_atomically,
 )
 
 

@@ -18,9 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
-from huggingface_hub.errors import HFValidationError
-from huggingface_hub.utils import validate_repo_id
 
+from .hub import HUB_DATASETS, is_hub_id
 from .saving import write_file_atomically
 
 
@@ -72,18 +71,6 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> s
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
-
-
-def is_hub_id(name_or_path: str | None) -> bool:
-    """Whether a run started from a Hub repository (its card's `base_model`) rather than a local folder. As in
-    transformers' `TrainingSummary`: what is not a local folder, and is a valid repository id."""
-    if not name_or_path or os.path.exists(name_or_path):
-        return False
-    try:
-        validate_repo_id(name_or_path)
-    except HFValidationError:
-        return False
-    return True
 
 
 def recorded_base_model(folder: str | os.PathLike | None) -> str | None:
@@ -356,7 +343,6 @@ def _run_name(output_dir: str | os.PathLike) -> str:
 def qa_model_card(config, model_config, accelerator, results: Mapping, training_log: Sequence[Mapping]) -> ModelCard:
     """The card of a model `run_qa(config)` fine-tuned. `results`: the run's summary, with its SQuAD metrics once it
     has evaluated (what `eval_metrics.json` holds)."""
-    from .qa.data import HUB_DATASETS  # here, not at the top: blockbert_hf.qa imports this module
 
     def source(file: str | None, split: str, count: int | None) -> DataSource:
         detail = f"{count:,} questions" if count is not None else None

@@ -258,6 +258,40 @@ def _commands_text(results: Mapping) -> str:
     )
 
 
+def _conversion_check_text(conversion: Mapping) -> str:
+    if not conversion["verified"]:
+        return "The conversion was not verified."
+    return (
+        f"The conversion checked that with n = 1 it computes what the source model computes (largest difference "
+        f"{conversion['max_abs_difference_n1']:.1e})."
+    )
+
+
+def _demo_limitations(config: BlockBertConfig, results: Mapping) -> list[str]:
+    """The card's limitations: the configuration's, the training window's, and the demo's size and machine."""
+    training = results["training"]
+    limitations = _config_limitations(config)
+    window, block_size = training["max_seq_length"], config.effective_block_size
+    if window < config.max_sequence_length and config.block_relative_positions:
+        last_block = window - (config.num_blocks - 1) * block_size
+        limitations.append(
+            f"Fine-tuned on windows of {window} tokens, shorter than N = {config.max_sequence_length:,}: the last "
+            f"block held at most {max(last_block, 0)} of its {block_size} tokens in training."
+        )
+    elif window < config.max_sequence_length:
+        limitations.append(
+            f"Fine-tuned on windows of {window} tokens, shorter than N = {config.max_sequence_length:,}: "
+            f"fine-tuning never saw positions past {window}."
+        )
+    return limitations + [
+        f"Small and briefly trained: {config.num_hidden_layers} layers, {training['num_train_epochs']:g} epoch(s) "
+        f"on {_training_questions(training):,} questions from {len(training['articles'])} article(s); the EM/F1 above "
+        "come from the questions of one held-out article and are a rough estimate, not a benchmark.",
+        f"Timings and memory were measured on {results['machine']}; they compare full and blockwise attention on that "
+        "machine, not machines.",
+    ]
+
+
 def demo_card(
     model_dir: str | os.PathLike,
     results_file: str | os.PathLike,
@@ -280,37 +314,13 @@ def demo_card(
     tags = ["blockbert", "long-context", "blockwise-attention"]
     data = _qa_card_data(name, base_model, license, tags, _eval_results(held_out), recorded)
     heads, block_size = _heads_text(config.heads_per_shift), config.effective_block_size
-    check = (
-        f"The conversion checked that with n = 1 it computes what the source model computes (largest difference "
-        f"{conversion['max_abs_difference_n1']:.1e})."
-        if conversion["verified"]
-        else "The conversion was not verified."
-    )
+    check = _conversion_check_text(conversion)
     demo_statement = (
         f"**Demo model: {training['seconds'] / 60:.1f} minutes of fine-tuning on {_training_questions(training):,} "
         "questions; not a production QA model.**"
     )
     articles = ", ".join(f"`{title}`" for title in training["articles"])
-    limitations = _config_limitations(config)
-    window = training["max_seq_length"]
-    if window < config.max_sequence_length and config.block_relative_positions:
-        last_block = window - (config.num_blocks - 1) * block_size
-        limitations.append(
-            f"Fine-tuned on windows of {window} tokens, shorter than N = {config.max_sequence_length:,}: the last "
-            f"block held at most {max(last_block, 0)} of its {block_size} tokens in training."
-        )
-    elif window < config.max_sequence_length:
-        limitations.append(
-            f"Fine-tuned on windows of {window} tokens, shorter than N = {config.max_sequence_length:,}: "
-            f"fine-tuning never saw positions past {window}."
-        )
-    limitations += [
-        f"Small and briefly trained: {config.num_hidden_layers} layers, {training['num_train_epochs']:g} epoch(s) "
-        f"on {_training_questions(training):,} questions from {len(training['articles'])} article(s); the EM/F1 above "
-        "come from the questions of one held-out article and are a rough estimate, not a benchmark.",
-        f"Timings and memory were measured on {results['machine']}; they compare full and blockwise attention on that "
-        "machine, not machines.",
-    ]
+    limitations = _demo_limitations(config, results)
     body = f"""
 {_generated_note(f"from {recorded}")}
 

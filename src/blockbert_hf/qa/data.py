@@ -10,9 +10,8 @@ import re
 from pathlib import Path
 
 import datasets
-from huggingface_hub.errors import HFValidationError
-from huggingface_hub.utils import validate_repo_id
 
+from ..hub import HUB_DATASETS, is_hub_id
 from ..saving import open_text, write_json_atomically
 
 
@@ -32,7 +31,6 @@ QA_FEATURES = datasets.Features(
     }
 )
 # Short names of earlier versions -> their Hub ids (any other Hub id is taken as it is).
-HUB_DATASETS = {"squad": "rajpurkar/squad", "squad_v2": "rajpurkar/squad_v2", "mrqa": "mrqa-workshop/mrqa"}
 
 
 def _answers(texts: list[str], starts: list[int]) -> dict:
@@ -181,7 +179,7 @@ def load_qa_dataset(
         dataset = _load_saved_dataset(path, split) if saved else _load_dataset(source, config_name, split)
     elif path.exists():
         dataset = _load_file(path)
-    elif source in HUB_DATASETS or _is_hub_id(source):
+    elif source in HUB_DATASETS or is_hub_id(source):
         dataset = _load_dataset(HUB_DATASETS.get(source, source), config_name, split)
     else:
         raise ValueError(
@@ -191,14 +189,6 @@ def load_qa_dataset(
     dataset = _as_squad_rows(dataset, source, mrqa_subset)
     check_qa_dataset(dataset, source)
     return dataset
-
-
-def _is_hub_id(name: str) -> bool:
-    try:
-        validate_repo_id(name)
-    except HFValidationError:
-        return False
-    return True
 
 
 def _is_saved_dataset(folder: Path) -> bool:
