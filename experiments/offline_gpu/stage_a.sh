@@ -2,12 +2,16 @@
 # Stage A of the blockwise adaptation on a GPU machine without network, from the repository root, in commands short
 # enough for a 10-minute limit. Each step is resumable: a finished step is skipped, an interrupted adaptation run or
 # QA training resumes from its last checkpoint, so a command killed at its limit loses little.
-#   bash experiments/offline_gpu/stage_a.sh STEP...   # STEP: setup prepare adapt diagnose qa collect
+#   bash experiments/offline_gpu/stage_a.sh STEP...   # STEP: setup prepare restore adapt diagnose qa weights collect
 #     setup     source experiments/offline_gpu/setup.sh (every command does it first)
+#     restore   the adapted models an earlier machine brought back ($WEIGHTS_DIR: its stage_a.tar.gz and the parts
+#               `weights` wrote), rebuilt from a fresh conversion, so that their runs count as finished
 #     prepare   the adaptation corpus and the long-context QA sets from .offline_gpu/data (pack.sh DATA_DIR)
 #     adapt     the adaptation chain's runs $ADAPT_RUNS (reference, full_n512, n512_n2_10-2)
 #     diagnose  the block-1 diagnostic of every adapted pattern run
 #     qa        the QA cells of --grid $QA_GRID (stage A: adapted_table4) with --jobs $QA_JOBS
+#     weights   every finished adaptation run's final model as the tensors it changed, in bf16 parts of at most 15 MiB
+#               in $OUT (experiments/weight_parts.py; their manifests go into the archive)
 #     collect   the small results (JSON, curves, plots, reports, logs; no weights) as $OUT/stage_a.tar.gz
 # Every step stops starting work $STAGE_SECONDS after the command began (default 540 s), so that `collect` still runs.
 # Variables (defaults in brackets): REFERENCE_TOKENS [2000000], ADAPTATION_TOKENS [5000000], TOKENS_PER_BATCH [32768],
@@ -35,6 +39,9 @@ TOKENS_PER_MICRO_BATCH=${TOKENS_PER_MICRO_BATCH:-16384}
 EVALUATIONS=${EVALUATIONS:-10}
 DIAGNOSTIC_SEQUENCES=${DIAGNOSTIC_SEQUENCES:-256}
 RESULTS_ARCHIVE=${OUT:-$STAGE_DIR/out}/stage_a.tar.gz
+WEIGHTS_OUT=${OUT:-$STAGE_DIR/out}
+WEIGHT_MANIFESTS=$STAGE_DIR/weight_parts
+WEIGHTS_DIR=${WEIGHTS_DIR:-.offline_gpu/weights}
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
 log() { echo "[stage_a $((SECONDS - STARTED))s] $*"; }
@@ -129,6 +136,50 @@ step_qa() {
     return $status
 }
 
+# The finished runs' final models, as what they changed from the conversion (the conversion is made again on the next
+# machine): the parts come back as files of their own, the manifests in the archive.
+step_weights() {
+    mkdir -p "$WEIGHT_MANIFESTS" "$WEIGHTS_OUT"
+    for run in $ADAPT_RUNS; do
+        model=$ADAPTATION/runs/$run/final_model
+        if [ ! -f "$ADAPTATION/runs/$run/results.json" ] || [ -f "$WEIGHT_MANIFESTS/$run.parts.json" ]; then
+            continue
+        fi
+        log "weights of $run"
+        timed python3 experiments/weight_parts.py export --model_dir "$model" --base_dir "$ADAPTATION/converted" \
+            --output_dir "$WEIGHT_MANIFESTS" --name "$run" || return
+        mv "$WEIGHT_MANIFESTS/$run".part-*.safetensors "$WEIGHTS_OUT"/ || return
+    done
+}
+
+# What `weights` and `collect` brought back from an earlier machine, put together again: the archive's files where
+# they were, and each run's final model rebuilt from its parts and a fresh conversion (which `adapt` makes first).
+step_restore() {
+    if [ ! -f "$WEIGHTS_DIR/stage_a.tar.gz" ]; then
+        log "nothing to restore: $WEIGHTS_DIR has no stage_a.tar.gz"
+        return 0
+    fi
+    case $STAGE_DIR in  # the archive holds its paths as they were given, without a leading /
+        /*) tar -xzf "$WEIGHTS_DIR/stage_a.tar.gz" -C / || return 2 ;;
+        *) tar -xzf "$WEIGHTS_DIR/stage_a.tar.gz" || return 2 ;;
+    esac
+    # shellcheck disable=SC2086
+    timed python3 experiments/adaptation.py --output_dir "$ADAPTATION" --source_model "$SOURCE_MODEL" \
+        --train_files "$CORPUS"/train/*.jsonl.gz --validation_files "$CORPUS"/held_out/wikitext2_test.jsonl.gz \
+        --runs reference --reference_tokens "$REFERENCE_TOKENS" --adaptation_tokens "$ADAPTATION_TOKENS" \
+        --tokens_per_batch "$TOKENS_PER_BATCH" --tokens_per_micro_batch "$TOKENS_PER_MICRO_BATCH" \
+        --evaluations "$EVALUATIONS" --mixed_precision "${MIXED_PRECISION:-bf16}" ${ADAPT_ARGS:-} >/dev/null || return
+    for manifest in "$WEIGHT_MANIFESTS"/*.parts.json; do
+        [ -f "$manifest" ] || continue
+        run=$(basename "$manifest" .parts.json)
+        [ -f "$ADAPTATION/runs/$run/final_model/model.safetensors" ] && continue
+        cp "$WEIGHTS_DIR/$run".part-*.safetensors "$WEIGHT_MANIFESTS"/ || return 2
+        log "restoring $run"
+        python3 experiments/weight_parts.py restore --manifest "$manifest" --base_dir "$ADAPTATION/converted" \
+            --output_dir "$ADAPTATION/runs/$run/final_model" || return
+    done
+}
+
 # The small files, in one archive (the device tool brings back at most 8 files): the adaptation's results, curves,
 # commands and diagnostics, the corpus's and QA sets' manifests, the QA results folder and the cells' logs.
 step_collect() {
@@ -137,6 +188,7 @@ step_collect() {
     list=$(mktemp)
     {
         find "$ADAPTATION" -maxdepth 1 -type f \( -name '*.json' -o -name '*.jsonl' -o -name '*.png' \)
+        find "$WEIGHT_MANIFESTS" -maxdepth 1 -name '*.parts.json'
         find "$ADAPTATION/runs" -maxdepth 2 -type f \( -name '*.json' -o -name '*.jsonl' \)
         find "$CORPUS" "$QA_DATA" -maxdepth 1 -name '*.json'
         find "$QA_RESULTS_DIR" -type f
@@ -151,8 +203,8 @@ status=0
 STEPS="$*"
 for step in setup "$@"; do
     case $step in
-        setup | prepare | adapt | diagnose | qa | collect) ;;
-        *) echo "stage_a.sh: unknown step $step (setup prepare adapt diagnose qa collect)" >&2; exit 2 ;;
+        setup | restore | prepare | adapt | diagnose | qa | weights | collect) ;;
+        *) echo "stage_a.sh: unknown step $step (setup restore prepare adapt diagnose qa weights collect)" >&2; exit 2 ;;
     esac
 done
 for step in setup "$@"; do

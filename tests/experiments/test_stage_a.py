@@ -12,7 +12,10 @@ import tarfile
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import REPO_ROOT, SAMPLE_TEXT, tiny_roberta_source
+
+from blockbert_hf import BlockBertForMaskedLM
 
 
 SCRIPT = REPO_ROOT / "experiments" / "offline_gpu" / "stage_a.sh"
@@ -53,7 +56,7 @@ def _data_folder(folder: Path) -> Path:
     return folder
 
 
-def _run(tmp_path: Path, *steps: str) -> subprocess.CompletedProcess:
+def _run(tmp_path: Path, *steps: str, **variables: str) -> subprocess.CompletedProcess:
     python_bin = str(Path(sys.executable).parent)
     paths = [REPO_ROOT / "src", REPO_ROOT / "benchmarks", REPO_ROOT / "experiments"]
     env = {
@@ -80,6 +83,7 @@ def _run(tmp_path: Path, *steps: str) -> subprocess.CompletedProcess:
         "QA_ARGS": "--mixed_precision no --max_train_samples 4 --max_eval_samples 2 --effective_batch_size 4 "
         "--train_tokens_per_batch 1024 --eval_tokens_per_batch 2048 --bootstrap_samples 50 --threads 1 "
         "--preprocessing_num_workers 1 --num_train_epochs 1",
+        **variables,
     }
     return subprocess.run(
         ["bash", str(SCRIPT), *steps], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1200
@@ -117,3 +121,33 @@ def test_stage_a_runs_every_step_then_redoes_nothing(tmp_path, tokenizer):
     again = _run(tmp_path, "prepare", "adapt", "diagnose", "qa")
     assert again.returncode == 0, again.stdout[-4000:] + again.stderr[-4000:]
     assert "done already" in again.stdout and "Running:" not in again.stderr + again.stdout
+
+
+@pytest.mark.slow
+def test_adapted_models_come_back_in_parts_and_a_new_machine_goes_on_from_them(tmp_path, tokenizer):
+    if shutil.which("sha256sum") is None or shutil.which("timeout") is None:
+        pytest.skip("needs coreutils' sha256sum and timeout")
+    _data_folder(tmp_path / "data")
+    tiny_roberta_source(tmp_path / "source", tokenizer)
+    runs = {"ADAPT_RUNS": "reference n512_n2_10-2"}
+    done = _run(tmp_path, "prepare", "adapt", "weights", "collect", **runs)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    brought_back = sorted(path.name for path in (tmp_path / "out").iterdir())
+    assert brought_back[-1] == "stage_a.tar.gz" and all(name.endswith(".safetensors") for name in brought_back[:-1])
+    assert any(name.startswith("n512_n2_10-2.part-") for name in brought_back)
+    trained = tmp_path / "stage" / "adaptation" / "runs" / "n512_n2_10-2" / "final_model"
+    trained_state = BlockBertForMaskedLM.from_pretrained(trained).state_dict()
+
+    # A new machine: nothing of the stage is left but what came back.
+    shutil.rmtree(tmp_path / "stage")
+    (tmp_path / "out").rename(tmp_path / "weights")
+    again = _run(tmp_path, "prepare", "restore", "adapt", "diagnose", WEIGHTS_DIR=str(tmp_path / "weights"), **runs)
+    assert again.returncode == 0, again.stdout[-4000:] + again.stderr[-4000:]
+    assert "restoring n512_n2_10-2" in again.stdout and "n512_n2_10-2: done already" in again.stdout
+    assert "pre-training" not in again.stderr  # no run trained again
+    restored_state = BlockBertForMaskedLM.from_pretrained(trained).state_dict()
+    for name, tensor in trained_state.items():
+        assert torch.equal(restored_state[name], tensor.to(torch.bfloat16).float()) or torch.equal(
+            restored_state[name], tensor
+        ), name
+    assert (tmp_path / "stage" / "adaptation" / "diagnostic_n512_n2_10-2.json").is_file()
