@@ -39,10 +39,19 @@ from blockbert_experiments.qa_comparison.grid import (
     RECIPE_GRID,
     Recipe,
     cell_recipe,
+    eval_batch_size,
     grid_cells,
 )
 from blockbert_experiments.qa_comparison.layout import cell_sets, training_file
 from blockbert_experiments.qa_comparison.plan import estimated_train_minutes
+from blockbert_experiments.qa_comparison.provenance import (
+    demo_note,
+    driver_commands,
+    reading_notes,
+    recipe_section,
+    run_groups,
+    weights_note,
+)
 from blockbert_experiments.qa_comparison.recipe_report import (
     apply_recipe_choice,
     epochs_choice,
@@ -50,6 +59,13 @@ from blockbert_experiments.qa_comparison.recipe_report import (
     objective_choice,
     recipe_choice,
     write_recipe_report,
+)
+from blockbert_experiments.qa_comparison.report import load_results, plot_label
+from blockbert_experiments.qa_comparison.scores import (
+    article_bootstrap_ratio,
+    seed_t_interval,
+    student_t_quantile,
+    wider_interval,
 )
 from blockbert_experiments.qa_comparison.steps import convert_args, eval_args, train_args
 from blockbert_hf.qa import SquadMetric, load_qa_dataset
@@ -510,6 +526,48 @@ def test_bootstrap_resamples_articles_not_questions():
         paired_article_bootstrap(a, b, np.zeros(3, dtype=int))
 
 
+@pytest.mark.parametrize(
+    ("degrees_of_freedom", "quantile"),
+    [
+        (1, 12.7062047362),
+        (2, 4.3026527297),
+        (3, 3.1824463053),
+        (4, 2.7764451052),
+        (10, 2.2281388520),
+        (30, 2.0422724563),
+    ],
+)
+def test_the_t_quantile_matches_the_published_table(degrees_of_freedom, quantile):
+    assert student_t_quantile(0.975, degrees_of_freedom) == pytest.approx(quantile, abs=1e-9)
+
+
+def test_the_t_interval_over_seeds_matches_a_hand_computation_and_the_wider_interval_wins():
+    # Differences -4, -6, -5: mean -5, standard deviation 1, standard error 1 / sqrt(3); t(0.975, 2) = 4.302653.
+    interval = seed_t_interval([-4.0, -6.0, -5.0])
+    half_width = 4.302652730 / 3**0.5
+    assert interval["difference"] == pytest.approx(-5.0) and interval["seeds"] == 3
+    assert (interval["low"], interval["high"]) == pytest.approx((-5 - half_width, -5 + half_width))
+    assert seed_t_interval([-4.0]) is None  # one seed: no variation between seeds to see
+    bootstrap = {"difference": -5.0, "low": -6.0, "high": -4.5, "articles": 10}
+    wider = wider_interval(bootstrap, interval)
+    assert (wider["from"], wider["low"], wider["excludes_zero"]) == ("t over seeds", interval["low"], True)
+    assert wider["smallest_detectable_effect"] == pytest.approx(half_width)
+    narrow = {**interval, "low": -5.1, "high": -4.9}
+    assert wider_interval(bootstrap, narrow)["from"] == "article bootstrap"
+    assert wider_interval(bootstrap, narrow)["smallest_detectable_effect"] == pytest.approx(0.75)
+    with pytest.raises(ValueError, match="degree of freedom"):
+        student_t_quantile(0.975, 0)
+
+
+def test_the_ratio_interval_resamples_articles():
+    # Article 0 scores 1 of 2 on each of its two questions, article 1 1 of 1: a resample of two articles gives 2/4,
+    # 3/5 or 2/2, so the 95% interval runs from 0.5 to 1.
+    interval = article_bootstrap_ratio([1, 1, 1], [2, 2, 1], [0, 0, 1], samples=2000)
+    assert (interval["low"], interval["high"], interval["articles"]) == (0.5, 1.0, 2)
+    same = article_bootstrap_ratio([0.5, 0.2, 0.9], [0.5, 0.2, 0.9], [0, 1, 2], samples=200)
+    assert same["low"] == same["high"] == pytest.approx(1.0)
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # `run` end to end on a tiny model
 # ---------------------------------------------------------------------------------------------------------------------
@@ -868,8 +926,17 @@ def test_verdicts_average_the_paired_difference_over_seeds_and_resolve_only_gaps
     assert one_seed["seeds"] == [0] and one_seed["f1"]["difference"] == pytest.approx(-0.5)
     assert one_seed["seed_spread"]["configuration"] is None
     assert one_seed["f1"]["excludes_zero"] and one_seed["verdict"] == "within the seed spread"  # 0.5 < 2
+    # The t-interval over the per-seed differences (-10, -6) by hand: mean -8, standard deviation sqrt(8), standard
+    # error 2, t(0.975, 1 degree of freedom) = 12.7062: half-width 25.41, wider than the bootstrap's (no width).
+    assert blockwise["per_seed_differences"] == pytest.approx([-10.0, -6.0])
+    assert (blockwise["t_interval"]["low"], blockwise["t_interval"]["high"]) == pytest.approx((-33.4124, 17.4124))
+    assert blockwise["interval"]["from"] == "t over seeds" and not blockwise["interval"]["excludes_zero"]
+    assert blockwise["interval"]["smallest_detectable_effect"] == pytest.approx(25.4124)
+    assert blockwise["against_each_reference_seed"] == pytest.approx({"0": 48 - 55, "1": 48 - 57})
+    assert one_seed["t_interval"] is None and one_seed["interval"]["from"] == "article bootstrap"
     readme = (folder / "README.md").read_text()
-    assert f"| `{blockwise_0.name}` | sweep_512 | 0, 1 | -8.0 [-8.0, -8.0] | 6.0 / 2.0 | resolved |" in readme
+    row = "| 0, 1 | -8.0 [-8.0, -8.0] | -8.0 [-33.4, +17.4] | -8.0 [-33.4, +17.4] | 25.4 | -7.0 (0), -9.0 (1) |"
+    assert f"| `{blockwise_0.name}` | sweep_512 {row} 6.0 / 2.0 | resolved | no |" in readme
     assert f"| `{sparse.name}` | sweep_512 | 0 | -0.5 [" in readme and "| one seed / 2.0 | within the seed" in readme
 
     # One seed on each side: a gap beyond its interval still waits for a seed spread; a gap inside it is unresolved.
@@ -1019,7 +1086,153 @@ def test_report_sets_whole_articles_against_the_same_questions_own_paragraphs_un
     assert measured["by_window_scoring"]["raw"]["ratio"] == pytest.approx(35 / own)
     assert measured["null_relative_minus_raw"]["difference"] == pytest.approx(10)
     assert measured["null_relative_minus_raw"]["articles"] == 2
+    # The ratio's interval resamples the article set's two articles: e, f (article 0: whole-article F1 0.6 + 0.5 over
+    # paragraph F1 0.6 + 0.0) and a, c (article 1: 0.4 + 0.3 over 1.0 + 0.8); its ends are each article drawn twice.
+    ratio = measured["by_window_scoring"]["null_relative"]
+    assert (ratio["ratio_low"], ratio["ratio_high"]) == pytest.approx((0.7 / 1.8, 1.1 / 0.6))
     assert "## Whole articles against the questions' own paragraphs" in (folder / "README.md").read_text()
+
+
+def test_the_long_arm_averaged_over_seeds_gives_the_t_interval_each_seed_and_both_seed_spreads(tmp_path):
+    """Each long configuration against sliding windows of 512 averaged over the seeds both have: the per-seed
+    differences give the t-interval, the seed-averaged F1 meets every sliding-window seed, and both spreads show."""
+    folder = tmp_path / "results"
+    windows_0, windows_1 = CELLS["n512_full_article_seed0"], CELLS["n512_full_article_seed1"]
+    long_0 = next(cell for cell in GRID if cell.max_seq_length == 1024)
+    long_1 = replace(long_0, name="n1024_seed1", seed=1)
+    wide = next(cell for cell in GRID if cell.max_seq_length == 2048)  # one seed
+    _write_cell(folder, windows_0, [0.60] * 8)
+    _write_cell(folder, windows_1, [0.64] * 8)  # sliding windows' seed spread: 4 points
+    _write_cell(folder, long_0, [0.50] * 8)  # -10 at seed 0
+    _write_cell(folder, long_1, [0.58] * 8)  # -6 at seed 1
+    _write_cell(folder, wide, [0.70] * 8)  # +10 against seed 0 alone
+    articles = [0, 0, 1, 1, 2, 2, 3, 3]
+    (folder / "questions.json").write_text(json.dumps({"sweep_512": {"article": articles, "ids": [], "titles": []}}))
+    grid = [windows_0, windows_1, long_0, long_1, wide]
+    report = write_report(ComparisonConfig(results_dir=str(folder), bootstrap_samples=300), grid)
+    two_seeds = report["long_arm_verdicts"][long_0.name]["sweep_512"]
+    assert two_seeds["seeds"] == [0, 1] and two_seeds["per_seed_differences"] == pytest.approx([-10.0, -6.0])
+    assert (two_seeds["t_interval"]["low"], two_seeds["t_interval"]["high"]) == pytest.approx((-33.4124, 17.4124))
+    assert two_seeds["against_each_reference_seed"] == pytest.approx({"0": 54 - 60, "1": 54 - 64})
+    assert two_seeds["seed_spread"] == pytest.approx({"configuration": 8.0, "baseline": 4.0})
+    one_seed = report["long_arm_verdicts"][wide.name]["sweep_512"]
+    assert one_seed["t_interval"] is None and one_seed["against_each_reference_seed"] == pytest.approx(
+        {"0": 10.0, "1": 6.0}
+    )
+    assert one_seed["seed_spread"] == pytest.approx({"configuration": None, "baseline": 4.0})
+    readme = (folder / "README.md").read_text().split("## The long-document arm averaged over seeds")[1]
+    assert f"| `{wide.name}` | sweep_512 | 0 | +10.0 [+10.0, +10.0] | - | +10.0 [+10.0, +10.0] | 0.0 |" in readme
+    assert "| +10.0 (0), +6.0 (1) | one seed / 4.0 | resolved | yes |" in readme
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The report's provenance: the recipe and commands from the cells' records, and what the data let one conclude
+# ---------------------------------------------------------------------------------------------------------------------
+
+COMMITTED = REPO_ROOT / "docs" / "qa_comparison"
+
+
+def _committed_records(folder: Path) -> Path:
+    """The committed cells' results.json (without their per-question scores) in `folder`."""
+    for path in COMMITTED.glob("*/results.json"):
+        (folder / path.parent.name).mkdir(parents=True)
+        shutil.copy(path, folder / path.parent.name / "results.json")
+    return folder
+
+
+def _provenance(folder: Path) -> list[str]:
+    """The generated texts of the README that the cells' records and the question list fix."""
+    config = ComparisonConfig(results_dir="docs/qa_comparison")
+    results = load_results(replace(config, results_dir=str(folder)))
+    questions = json.loads((COMMITTED / "questions.json").read_text())
+    return [recipe_section(results), driver_commands(results, config, GRID), reading_notes(results, questions)]
+
+
+def test_the_committed_report_states_the_recipe_and_commands_its_cells_recorded(tmp_path):
+    """docs/qa_comparison/README.md says what each cell ran as the cell's results.json records it (the report
+    command's own defaults, 1 epoch at 5e-5, are no cell's recipe) and runs the cells with those options."""
+    readme = (COMMITTED / "README.md").read_text()
+    for text in _provenance(_committed_records(tmp_path / "records")):
+        assert text in readme
+    assert "5 of them (Immune_system, Civil_disobedience, Economic_inequality, Kenya, Rhine)" in readme
+
+
+def test_a_record_that_disagrees_with_the_committed_report_is_found(tmp_path):
+    folder = _committed_records(tmp_path / "records")
+    path = folder / "n512_n2_10-2_seed1" / "results.json"
+    record = json.loads(path.read_text())
+    record["recipe"]["learning_rate"] = 1e-4
+    path.write_text(json.dumps(record))
+    recipe, commands, _ = _provenance(folder)
+    readme = (COMMITTED / "README.md").read_text()
+    assert recipe not in readme and "| 0.0001 | `n512_n2_10-2_seed1` |" in recipe
+    assert commands not in readme and "--cells n512_n2_10-2_seed1 --learning_rate 0.0001" in commands
+
+
+def test_the_driver_commands_run_each_cell_with_its_recorded_recipe(tmp_path):
+    """Each `run` line, parsed as the command line parses it, gives every cell of its group the learning rate,
+    epochs, negative rate, batches, precisions, window scoring and layout its record holds."""
+    cli = _load_cli()
+    results = load_results(ComparisonConfig(results_dir=str(_committed_records(tmp_path / "records"))))
+    lines = driver_commands(results, ComparisonConfig(), GRID).replace("\\\n    ", "").splitlines()
+    runs = [line.split("qa_comparison.py ", 1)[1].split() for line in lines if "qa_comparison.py run" in line]
+    assert len(runs) == len(run_groups(results, "comparison")) == 1  # every committed cell ran one recipe
+    for words in runs:
+        options = vars(cli.build_parser().parse_args(words))
+        del options["command"]
+        config = ComparisonConfig(**options)
+        for cell in grid_cells(config):
+            if cell.name not in (options["cells"] or results):
+                continue
+            record, recipe = results[cell.name], results[cell.name]["recipe"]
+            made = cell_recipe(config, cell)
+            assert (made.learning_rate, made.num_train_epochs) == (recipe["learning_rate"], recipe["num_train_epochs"])
+            assert made.negative_window_rate == recipe["negative_window_rate"]
+            batches = (recipe["per_device_train_batch_size"], recipe["gradient_accumulation_steps"])
+            assert batch_sizes(config, cell.max_seq_length) == batches
+            assert (
+                f"--per_device_eval_batch_size {eval_batch_size(config, cell.max_seq_length)} "
+                in record["commands"][-1]
+            )
+            assert (config.mixed_precision, config.eval_mixed_precision) == ("bf16", "no")
+            assert {config.window_scoring} == {measured["window_scoring"] for measured in record["sets"].values()}
+            assert (cell.window_layout, cell.block_relative_positions) == (
+                record["cell"]["window_layout"],
+                record["cell"]["block_relative_positions"],
+            )
+
+
+def test_cells_whose_recipes_differ_get_one_run_each_naming_them(tmp_path):
+    folder = tmp_path / "results"
+    first, second = TABLE4_SEEDS[:2]
+    for cell, rate in ((first, 2e-4), (second, 1e-4)):
+        _write_cell(folder, cell, [0.5] * 4)
+        path = folder / cell.name / "results.json"
+        record = json.loads(path.read_text())
+        record["recipe"] = {"learning_rate": rate, "num_train_epochs": 4.0, "effective_batch_size": 16}
+        path.write_text(json.dumps(record))
+    results = load_results(ComparisonConfig(results_dir=str(folder)))
+    assert [cells for cells, _ in run_groups(results, "comparison")] == [[first.name], [second.name]]
+    commands = driver_commands(results, ComparisonConfig(), GRID)
+    assert f"--cells {first.name} --learning_rate 0.0002" in commands
+    assert f"--cells {second.name} --learning_rate 0.0001" in commands
+    section = recipe_section(results)
+    assert f"| learning rate | 0.0002 | `{first.name}` |" in section and "| 0.0001 | the other 1 |" in section
+    assert "| epochs | 4 | all 2 |" in section and "| not recorded | all 2 |" in section
+
+
+def test_the_notes_name_the_demos_test_articles_and_the_cells_that_were_only_converted():
+    questions = {"paragraph": {"titles": ["Kenya", "Not_in_the_demo", "Rhine"], "article": [0, 0, 1, 2], "ids": []}}
+    note = demo_note(questions)
+    assert "2 of them (Kenya, Rhine) are test articles here, with 3 of the 4 `paragraph` questions" in note
+    assert demo_note({"paragraph": {"titles": ["Not_in_the_demo"], "article": [0], "ids": []}}) == ""
+    full, blockwise = ({"cell": vars(cell)} for cell in TABLE4_SEEDS[:2])  # converted only
+    adapted = {"cell": {**vars(TABLE4_SEEDS[1]), "adapted_from": "n512_n2_10-2"}}
+    note = weights_note({"a": blockwise, "b": full})
+    assert note.startswith("**Converted and fine-tuned") and "Every cell here starts" in note and "Table 4" in note
+    assert "Table 4" not in weights_note({"b": full})  # full attention alone: no blockwise model to compare at N = 512
+    assert "`a` start from an encoder" in weights_note({"a": blockwise, "c": adapted})
+    assert weights_note({"c": adapted}) == ""
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -1096,3 +1309,13 @@ def test_a_cell_from_an_adapted_model_gets_its_own_heads_and_a_missing_run_is_re
     wrong = replace(ADAPTED_TABLE4_GRID[0], max_seq_length=1024)
     with pytest.raises(ValueError, match="has N = 1024 but its adapted model .* has N = 512"):
         _convert(config, wrong, tmp_path / "unused-source")
+
+
+def test_the_plot_names_each_line_by_how_its_model_reads_a_long_context():
+    full = {"max_seq_length": 512, "attention_pattern": "full", "num_blocks": 1, "heads_per_shift": None, "seed": 1}
+    blockwise = {**full, "max_seq_length": 1024, "attention_pattern": "blockwise", "num_blocks": 2}
+    assert plot_label(full) == "full attention, sliding windows of 512 (seed 1)"
+    assert plot_label({**blockwise, "heads_per_shift": "10:2", "seed": 0}) == (
+        "BlockBERT, 1024 tokens at once, n = 2 (10:2) (seed 0)"
+    )
+    assert plot_label({**blockwise, "adapted_from": "n1024_n2_10-2"}).endswith("(seed 1, adapted)")

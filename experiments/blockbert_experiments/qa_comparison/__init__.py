@@ -14,11 +14,13 @@ checkpoints, predictions) go to the work folder; small result files go to the re
 (per-question EM/F1, aligned with `questions.json`).
 
 `write_report` turns whatever cells have results into the results table, the F1-vs-context-length plot, 95% intervals
-of each cell's difference to the baseline from a paired bootstrap that resamples articles, and the seed spread.
+of each cell's difference to the baseline from a paired bootstrap that resamples articles, the seed-averaged
+differences with a t-interval over seeds, the seed spread, and the recipe and commands the cells' records give.
 
 Modules: `grid` (the cells and the recipe), `layout` (where inputs and files are), `plan` (time estimates, the dry-run
 table), `steps` (the scripts' arguments, running one step), `runner` (the resumable run, results files), `scores`
-(per-question scores, the paired article bootstrap), `report` (tables, plot, README).
+(per-question scores, the paired article bootstrap, the t-interval over seeds), `provenance` (the recipe, commands and
+notes on the data from the cells' records), `report` (tables, plot, README).
 """
 
 from .grid import BASELINE, GRID, PARAGRAPHS, Cell, ComparisonConfig, batch_sizes, select_cells

@@ -4,21 +4,25 @@ seed spread, cost, commands), `results.json` and the F1-vs-context-length plot."
 import json
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from blockbert_benchmarks.measuring.machine import hardware_text
 from blockbert_hf.saving import write_file_atomically, write_json_atomically
 
-from ..minilm import MINILM_DEFINITION, MINILM_INSTALL, MINILM_VARIABLE
-from .grid import GRID, Cell, ComparisonConfig, batch_sizes
-from .layout import DATA_DIR_VARIABLE, SQUAD_DEV, WORK_DIR_VARIABLE, missing_keys, read_json
+from ..minilm import MINILM_VARIABLE
+from .grid import GRID, Cell, ComparisonConfig
+from .layout import DATA_DIR_VARIABLE, WORK_DIR_VARIABLE, missing_keys, read_json
+from .provenance import driver_commands, reading_notes, recipe_section
 from .scores import (
     compare_cells,
     equal_window_pairs,
+    long_arm_verdicts,
     same_seed_pairs,
     seed_averaged_verdicts,
     seed_pairs,
     sliding_window_pairs,
+    student_t_quantile,
     whole_article_scores,
 )
 
@@ -164,16 +168,25 @@ def whole_article_table(measured: Mapping[str, dict]) -> str:
                     f"`{rule}`",
                     f"{value['exact_match']:.1f} / {value['f1']:.1f}",
                     f"{value['paragraph_f1']:.1f}",
-                    f"{value['ratio']:.2f}",
+                    f"{value['ratio']:.2f}"
+                    + (f" [{value['ratio_low']:.2f}, {value['ratio_high']:.2f}]" if "ratio_low" in value else ""),
                     difference,
                 ]
             )
-    header = ["cell", "window scoring", "whole articles EM / F1", "own paragraphs F1", "ratio", "difference to raw"]
+    header = ["cell", "window scoring", "whole articles EM / F1", "own paragraphs F1", "ratio [95%]"]
+    header.append("difference to raw")
     return _table(header, rows)
 
 
-def verdicts_table(verdicts: Mapping[str, dict], sets: Sequence[str]) -> str:
-    """One row per configuration and set: the seed-averaged difference, both seed spreads, the verdict."""
+def _bracket(value: Mapping | None) -> str:
+    return "-" if value is None else f"{value['difference']:+.1f} [{value['low']:+.1f}, {value['high']:+.1f}]"
+
+
+def verdicts_table(verdicts: Mapping[str, dict], sets: Sequence[str], reference: str = "baseline") -> str:
+    """One row per configuration and set: the seed-averaged difference with its article-bootstrap interval, the
+    t-interval over per-seed differences, the wider of the two and its half-width (the smallest detectable effect),
+    the difference to each seed of the reference, both seed spreads, the verdict and whether the wider interval
+    excludes zero."""
 
     def spread(value: float | None) -> str:
         return "one seed" if value is None else f"{value:.1f}"
@@ -183,16 +196,23 @@ def verdicts_table(verdicts: Mapping[str, dict], sets: Sequence[str]) -> str:
             f"`{name}`",
             test_set,
             ", ".join(str(seed) for seed in entry["seeds"]),
-            f"{entry['f1']['difference']:+.1f} [{entry['f1']['low']:+.1f}, {entry['f1']['high']:+.1f}]",
+            _bracket(entry["f1"]),
+            _bracket(entry.get("t_interval")),
+            _bracket(entry["interval"]),
+            f"{entry['interval']['smallest_detectable_effect']:.1f}",
+            ", ".join(f"{value:+.1f} ({seed})" for seed, value in entry["against_each_reference_seed"].items()),
             f"{spread(entry['seed_spread']['configuration'])} / {spread(entry['seed_spread']['baseline'])}",
             entry["verdict"],
+            "yes" if entry["interval"]["excludes_zero"] else "no",
         ]
         for name, per_set in verdicts.items()
         for test_set in sets
         if (entry := per_set.get(test_set))
     ]
-    header = ["configuration (first cell)", "set", "seeds", "F1 difference [95%]", "seed spread (it / baseline)"]
-    return _table([*header, "verdict"], rows)
+    header = ["configuration (first cell)", "set", "seeds", "F1 difference, article bootstrap [95%]"]
+    header += ["t over seeds [95%]", "wider [95%]", "smallest detectable effect"]
+    header += [f"against each {reference} seed", f"seed spread (it / {reference})", "verdict", "wider excludes 0"]
+    return _table(header, rows)
 
 
 def cost_table(results: Mapping[str, dict], sets: Sequence[str]) -> str:
@@ -234,22 +254,35 @@ def loss_table(results: Mapping[str, dict]) -> str:
     return _table(["cell", *(f"step {step}" for step in steps)], rows)
 
 
+def plot_label(cell: Mapping) -> str:
+    """A cell's name for a reader of the plot: how the model reads a long context, and its seed."""
+    length, seed = cell["max_seq_length"], cell["seed"]
+    adapted = ", adapted" if cell.get("adapted_from") else ""
+    if cell["attention_pattern"] == "full":
+        return f"full attention, sliding windows of {length} (seed {seed}{adapted})"
+    if cell["attention_pattern"] == "blockwise":
+        heads = f" ({cell['heads_per_shift']})" if cell.get("heads_per_shift") else ""
+        return f"BlockBERT, {length} tokens at once, n = {cell['num_blocks']}{heads} (seed {seed}{adapted})"
+    return f"{cell['attention_pattern']}, windows of {length} (seed {seed}{adapted})"
+
+
 def plot_sweep(results: Mapping[str, dict], path: Path) -> bool:
-    """F1 against the sweep's context length, one line per cell; returns False when no cell has sweep results."""
+    """F1 against the sweep's context length, one line per cell, the F1 axis from 0; returns False when no cell has
+    sweep results."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     lines = []
-    for name, entry in results.items():
+    for entry in results.values():
         points = sorted(
             (measured["target_tokens"], measured["f1"])
             for set_name, measured in entry["sets"].items()
             if set_name.startswith("sweep_")
         )
         if points:
-            lines.append((name, points))
+            lines.append((plot_label(entry["cell"]), points))
     if not lines:
         return False
     figure, axes = plt.subplots(figsize=(8, 5))
@@ -261,6 +294,7 @@ def plot_sweep(results: Mapping[str, dict], path: Path) -> bool:
     axes.set_xticks(ticks, [str(t) for t in ticks])
     axes.set_xlabel("context length T (wordpieces; the same questions at every T)")
     axes.set_ylabel("F1")
+    axes.set_ylim(0, 100)
     axes.grid(alpha=0.3)
     axes.legend(fontsize=8)
     figure.tight_layout()
@@ -285,19 +319,6 @@ re-run after every cell); `results.json` holds all numbers, `<cell>/results.json
 cell's own, `questions.json` the question ids and articles that `scores.json` follows.
 """
 
-# The commands that make the test sets and run the driver; they set the variables the recorded steps name.
-DRIVER_COMMANDS = f"""{MINILM_INSTALL}
-{MINILM_DEFINITION}
-SQUAD=path/to/dev-v1.1.json.gz  # {SQUAD_DEV}
-{DATA_DIR_VARIABLE[1:]}=outputs/long_qa_data
-{WORK_DIR_VARIABLE[1:]}=outputs/qa_comparison
-python experiments/build_long_context_qa.py --squad_file $SQUAD --tokenizer {MINILM_VARIABLE} \\
-    --output_dir {DATA_DIR_VARIABLE}
-python experiments/qa_comparison.py run --squad_file $SQUAD --data_dir {DATA_DIR_VARIABLE} \\
-    --work_dir {WORK_DIR_VARIABLE}
-python experiments/qa_comparison.py report
-"""
-
 N2048_CHOICE = """**N = 2048 uses n = 4** (blocks of 512, heads 6:2:2:2: two heads on every non-zero shift, as
 the paper's n = 3 model has 8:2:2). The converted position table repeats the encoder's 512 trained rows (BERT
 positions, no offset), so with blocks of 512 every block holds each trained position once and in order, as the
@@ -306,169 +327,259 @@ of n = 2 (N x b per head).
 """
 
 
-def _recipe_text(config: ComparisonConfig) -> str:
-    """The recipe section of the README, from the config."""
-    sizes = ", ".join(
-        f"{n}: {per_device} x {accumulation}"
-        for n in sorted({cell.max_seq_length for cell in GRID})
-        for per_device, accumulation in [batch_sizes(config, n)]
-    )
+def _intervals_note() -> str:
+    """How the seed-averaged tables' intervals are made, with the t quantiles of two and three seeds."""
+    two, three = (student_t_quantile(0.975, seeds - 1) for seeds in (2, 3))
     return (
-        f"One recipe for every cell: {config.num_train_epochs:g} epoch over the training set's questions, learning "
-        f"rate {config.learning_rate:g}, effective batch {config.effective_batch_size} windows (per-device batch x "
-        f"gradient accumulation by N: {sizes}), linear schedule with {config.warmup_ratio:.0%} warmup, windows of N "
-        f"tokens overlapping by {config.doc_stride}, batches grouped by length, hidden dropout as converted, "
-        f"attention dropout {config.attention_probs_dropout_prob:g} (with attention dropout, PyTorch's CPU SDPA falls "
-        "back from its fused kernel to the unfused one, which makes a training step several times slower; see "
-        f"[benchmarks](../benchmarks.md)), {config.threads} CPU threads per step. Each cell is evaluated on "
-        "`paragraph`, every `sweep_<T>` set and "
-        "`article` with windows of its own N; eval time is the forward pass per question, peak memory the evaluating "
-        "process's RSS high-water mark.\n"
+        "Besides the article bootstrap, the decision rule of the long-document comparison "
+        "([its page](../long_document_decision_rule.md)) takes a t-interval over the per-seed differences (seed i "
+        "against seed i), which sees the variation between fine-tuning seeds, and uses the wider of the two; its "
+        "half-width is the smallest effect it can detect. With two seeds the t-interval has one degree of freedom "
+        f"(t = {two:.2f}) and is wide; a third seed brings t to {three:.2f}."
     )
+
+
+@dataclass
+class Measured:
+    """What the report shows, computed once from the cells in the results folder."""
+
+    results: dict
+    questions: dict
+    skipped: dict
+    sets: list
+    baseline: str
+    compared: dict
+    same_seed: dict
+    same_window: dict
+    sliding: dict
+    seeds: dict
+    verdicts: dict
+    long_arm: dict
+    whole_articles: dict
+    finished: list
+    pending: list
+
+
+def measure(config: ComparisonConfig, grid: Sequence[Cell]) -> Measured:
+    """Every comparison of the report, from whatever cells of the results folder have results."""
+    skipped: dict[str, str] = {}
+    results = load_results(config, grid, skipped)
+    questions = read_json(Path(config.results_dir) / "questions.json") or {}
+    baseline = config.baseline
+    pairs = [(name, baseline) for name in results if name != baseline] if baseline in results else []
+    same_seed = same_seed_pairs(results, baseline)
+    finished = [name for name, entry in results.items() if entry["finished"]]
+
+    def compare(chosen: Sequence[tuple[str, str]]) -> dict:
+        return compare_cells(config, results, questions, chosen)
+
+    return Measured(
+        results=results,
+        questions=questions,
+        skipped=skipped,
+        sets=_set_order(results),
+        baseline=baseline,
+        compared=compare(pairs),
+        same_seed=compare(same_seed),
+        same_window=compare(equal_window_pairs(results, pairs + same_seed)),
+        sliding=compare(sliding_window_pairs(results, pairs)),
+        seeds=compare(seed_pairs(results)),
+        verdicts=seed_averaged_verdicts(config, results, questions, baseline),
+        long_arm=long_arm_verdicts(config, results, questions),
+        whole_articles=whole_article_scores(config, results, questions),
+        finished=finished,
+        pending=[cell.name for cell in grid if cell.name not in finished],
+    )
+
+
+def _grid_section(grid: Sequence[Cell], measured: Measured) -> str:
+    """The cells of the grid with their status, the cells left out and why N = 2048 uses n = 4."""
+    rows = [
+        [
+            f"`{cell.name}`",
+            cell.label,
+            str(cell.max_seq_length),
+            cell.training_set,
+            "finished"
+            if cell.name in measured.finished
+            else ("partial" if cell.name in measured.results else "not run"),
+        ]
+        for cell in grid
+    ]
+    skipped = "; ".join(f"`{name}` ({problem})" for name, problem in measured.skipped.items())
+    return (
+        "## Grid\n\n"
+        + _table(["cell", "model", "N", "training set", "status"], rows)
+        + f"\nCells not (fully) measured: {', '.join(f'`{n}`' for n in measured.pending) or 'none'}.\n\n"
+        + (f"Cells left out of this report (a file of theirs could not be read): {skipped}.\n\n" if skipped else "")
+        + N2048_CHOICE
+    )
+
+
+def _difference_sections(config: ComparisonConfig, measured: Measured) -> list[str]:
+    """Each cell against the baseline, against the baseline's configuration at its seed, and against full attention
+    at its own N, cell by cell (one seed each side)."""
+    sets, parts = measured.sets, []
+    if measured.compared:
+        parts.append(
+            f"## Differences to `{measured.baseline}` (F1 points, 95% interval)\n\nPaired bootstrap over the test "
+            f"questions that resamples articles ({config.bootstrap_samples:,} resamples, seed "
+            f"{config.bootstrap_seed}); bold: the interval excludes zero.\n\n"
+            + intervals_table(measured.compared, sets)
+        )
+    if measured.same_seed:
+        parts.append(
+            "## Differences to the baseline's configuration at the same seed (F1 points, 95% interval)\n\nThe "
+            "comparison above repeated with another fine-tuning seed (which fixes the QA head's initialisation and "
+            "the data order): each cell against the cell that trains the baseline's configuration with its seed.\n\n"
+            + intervals_table(measured.same_seed, sets)
+        )
+    if measured.same_window:
+        parts.append(
+            "## Differences to full attention at the same N (F1 points, 95% interval)\n\nEach cell against the "
+            "full-attention cell with its window length, seed and training set (the same windows and position rows, "
+            "no blocks), where the sections above do not already give that comparison.\n\n"
+            + intervals_table(measured.same_window, sets)
+        )
+    return parts
+
+
+def _long_arm_sections(measured: Measured) -> list[str]:
+    """The long-document arm: each long cell against sliding windows of 512 at its seed, then each long configuration
+    averaged over seeds with the seed spread of both sides."""
+    parts = []
+    if measured.sliding:
+        parts.append(
+            "## The long-document arm: differences to sliding windows of 512 (F1 points, 95% interval)\n\nEach cell "
+            "above N = 512 against full attention at N = 512 trained on the same data with the same seed, which reads "
+            "a long context in overlapping windows of 512 tokens.\n\n"
+            + intervals_table(measured.sliding, measured.sets)
+        )
+    if measured.long_arm:
+        parts.append(
+            "## The long-document arm averaged over seeds (F1 points)\n\nEach configuration above N = 512 against "
+            "sliding windows of 512 (full attention at N = 512 trained on the same data), per question averaged over "
+            "the seeds both have, with its paired article-bootstrap interval (95%), the seed-averaged F1 minus each "
+            "seed of the sliding windows, both seed spreads (the largest gap between two seeds' F1 of one side) and "
+            "the verdict as the Verdicts section defines it. "
+            + _intervals_note()
+            + "\n\n"
+            + verdicts_table(measured.long_arm, measured.sets, reference="sliding-window")
+        )
+    return parts
+
+
+def _whole_article_section(measured: Measured) -> list[str]:
+    if not measured.whole_articles:
+        return []
+    return [
+        "## Whole articles against the questions' own paragraphs\n\nThe questions of `article` (each with its "
+        "whole article as context, read in windows of the cell's N) against the same questions with their own "
+        "paragraph as context (from `paragraph`), under both window scoring rules, which score the same logits: "
+        "`raw` takes the span with the highest start + end logit of all windows, `null_relative` the span that "
+        "most exceeds the null score of its own window (block). Ratio: whole-article F1 over paragraph F1, with the "
+        "95% interval of a bootstrap that resamples articles; difference to raw: F1 points with the paired "
+        "article-bootstrap interval (95%; bold: it excludes zero).\n\n" + whole_article_table(measured.whole_articles)
+    ]
+
+
+def _verdict_sections(measured: Measured) -> list[str]:
+    """The configurations against the baseline's averaged over seeds, then the seed spread of each configuration."""
+    parts = []
+    if measured.verdicts:
+        parts.append(
+            f"## Verdicts: differences to `{measured.baseline}`'s configuration averaged over seeds (F1 points)\n\n"
+            "Per question, the F1 difference to the baseline's configuration at the same seed, averaged over the seeds "
+            "both have, with its paired article-bootstrap interval (95%). The seed spread is the largest gap between "
+            "two seeds' F1 of one configuration. A gap is *resolved* where the bootstrap interval excludes zero and "
+            "the gap exceeds both configurations' seed spread (the known one, for a configuration with one seed); "
+            "otherwise it is *smaller than the interval* (the interval includes zero), *within the seed spread*, or "
+            "has *no seed spread yet* (one seed on both sides). "
+            + _intervals_note()
+            + " The last column says whether the wider interval excludes zero.\n\n"
+            + verdicts_table(measured.verdicts, measured.sets)
+        )
+    if measured.seeds:
+        parts.append(
+            "## Seed spread (F1 points, second seed minus first, 95% interval)\n\n"
+            + intervals_table(measured.seeds, measured.sets)
+        )
+    return parts
+
+
+def _cost_sections(measured: Measured) -> list[str]:
+    parts = [
+        "## Cost: eval seconds per question and peak memory, train time\n\nAs measured on the machine each cell "
+        "ran on (its processor, and its GPU where it had one). Cells run together (`--jobs`) shared that machine, "
+        "so their times are upper bounds and compare only between cells that ran alone on the same hardware.\n\n"
+        + cost_table(measured.results, measured.sets)
+    ]
+    if losses := loss_table(measured.results):
+        parts.append(
+            "## Training loss\n\nThe loss run_qa logged (mean of start and end cross-entropy over each logging "
+            "interval):\n\n" + losses
+        )
+    return parts
+
+
+def _commands_section(config: ComparisonConfig, grid: Sequence[Cell], measured: Measured) -> str:
+    """The commands that build the test sets and run the cells with their recorded recipe, then each cell's steps."""
+    steps = "\n".join(f"# {name}\n" + "\n".join(entry["commands"]) for name, entry in measured.results.items())
+    return (
+        "## Commands\n\nThe test sets (see [the long-context QA data](../qa_long_context_data.md)), then the "
+        "driver with the recipe the cells' records give (one `run` for each group of cells whose records agree), "
+        "from the repository root:\n\n```bash\n"
+        + driver_commands(measured.results, config, grid)
+        + "```\n\nThe steps it ran for each cell, which name the folders outside the repository as the commands "
+        f"above set them: `{MINILM_VARIABLE}` the installed all-MiniLM-L6-v2, `{DATA_DIR_VARIABLE}` the test sets "
+        f"and `{WORK_DIR_VARIABLE}` the work folder (converted models, checkpoints, predictions):\n\n```bash\n"
+        + steps
+        + "\n```\n"
+    )
+
+
+def _report_json(measured: Measured) -> dict:
+    """What `results.json` of the results folder holds."""
+    return {
+        "baseline": measured.baseline,
+        "finished": measured.finished,
+        "pending": measured.pending,
+        "cells": {name: {k: v for k, v in entry.items() if k != "scores"} for name, entry in measured.results.items()},
+        "differences_to_baseline": measured.compared,
+        "differences_at_the_same_seed": measured.same_seed,
+        "differences_at_the_same_window": measured.same_window,
+        "differences_to_sliding_windows": measured.sliding,
+        "whole_articles": measured.whole_articles,
+        "seed_spread": measured.seeds,
+        "seed_averaged_verdicts": measured.verdicts,
+        "long_arm_verdicts": measured.long_arm,
+    }
 
 
 def write_report(config: ComparisonConfig, grid: Sequence[Cell] = GRID) -> dict:
     """Writes `README.md`, `results.json` and `f1_vs_context_length.png` into the results folder from whatever cells
     have results; returns what `results.json` holds."""
     folder = Path(config.results_dir)
-    skipped: dict[str, str] = {}
-    results = load_results(config, grid, skipped)
-    questions = read_json(folder / "questions.json") or {}
-    sets = _set_order(results)
-    baseline = config.baseline
-    pairs = [(name, baseline) for name in results if name != baseline] if baseline in results else []
-    compared = compare_cells(config, results, questions, pairs)
-    seeds = compare_cells(config, results, questions, seed_pairs(results))
-    same_seed_cells = same_seed_pairs(results, baseline)
-    same_seed = compare_cells(config, results, questions, same_seed_cells)
-    same_window = compare_cells(config, results, questions, equal_window_pairs(results, pairs + same_seed_cells))
-    sliding = compare_cells(config, results, questions, sliding_window_pairs(results, pairs))
-    verdicts = seed_averaged_verdicts(config, results, questions, baseline)
-    whole_articles = whole_article_scores(config, results, questions)
-    finished = [name for name, entry in results.items() if entry["finished"]]
-    pending = [cell.name for cell in grid if cell.name not in finished]
-    plotted = plot_sweep(results, folder / "f1_vs_context_length.png")
-
+    measured = measure(config, grid)
     parts = [README_INTRO]
     summary = folder / "summary.md"
     if summary.is_file():
         parts.append("## Summary\n\n" + summary.read_text(encoding="utf-8").strip() + "\n")
-    parts.append(
-        "## Grid\n\n"
-        + _table(
-            ["cell", "model", "N", "training set", "status"],
-            [
-                [
-                    f"`{cell.name}`",
-                    cell.label,
-                    str(cell.max_seq_length),
-                    cell.training_set,
-                    "finished" if cell.name in finished else ("partial" if cell.name in results else "not run"),
-                ]
-                for cell in grid
-            ],
-        )
-        + f"\nCells not (fully) measured: {', '.join(f'`{n}`' for n in pending) or 'none'}.\n\n"
-        + (
-            "Cells left out of this report (a file of theirs could not be read): "
-            + "; ".join(f"`{name}` ({problem})" for name, problem in skipped.items())
-            + ".\n\n"
-            if skipped
-            else ""
-        )
-        + N2048_CHOICE
-    )
-    parts.append("## Recipe\n\n" + _recipe_text(config))
-    if results:
-        parts.append("## Results (EM / F1)\n\n" + results_table(results, sets))
-    if plotted:
+    if notes := reading_notes(measured.results, measured.questions):
+        parts.append(notes)
+    parts += [_grid_section(grid, measured), recipe_section(measured.results)]
+    if measured.results:
+        parts.append("## Results (EM / F1)\n\n" + results_table(measured.results, measured.sets))
+    if plot_sweep(measured.results, folder / "f1_vs_context_length.png"):
         parts.append("## F1 against context length\n\n![F1 against context length](f1_vs_context_length.png)\n")
-    if compared:
-        parts.append(
-            f"## Differences to `{baseline}` (F1 points, 95% interval)\n\nPaired bootstrap over the test questions "
-            f"that resamples articles ({config.bootstrap_samples:,} resamples, seed {config.bootstrap_seed}); bold: "
-            "the interval excludes zero.\n\n" + intervals_table(compared, sets)
-        )
-    if same_seed:
-        parts.append(
-            "## Differences to the baseline's configuration at the same seed (F1 points, 95% interval)\n\nThe "
-            "comparison above repeated with another fine-tuning seed (which fixes the QA head's initialisation and "
-            "the data order): each cell against the cell that trains the baseline's configuration with its seed.\n\n"
-            + intervals_table(same_seed, sets)
-        )
-    if same_window:
-        parts.append(
-            "## Differences to full attention at the same N (F1 points, 95% interval)\n\nEach cell against the "
-            "full-attention cell with its window length, seed and training set (the same windows and position rows, "
-            "no blocks), where the sections above do not already give that comparison.\n\n"
-            + intervals_table(same_window, sets)
-        )
-    if sliding:
-        parts.append(
-            "## The long-document arm: differences to sliding windows of 512 (F1 points, 95% interval)\n\nEach cell "
-            "above N = 512 against full attention at N = 512 trained on the same data with the same seed, which reads "
-            "a long context in overlapping windows of 512 tokens.\n\n" + intervals_table(sliding, sets)
-        )
-    if whole_articles:
-        parts.append(
-            "## Whole articles against the questions' own paragraphs\n\nThe questions of `article` (each with its "
-            "whole article as context, read in windows of the cell's N) against the same questions with their own "
-            "paragraph as context (from `paragraph`), under both window scoring rules, which score the same logits: "
-            "`raw` takes the span with the highest start + end logit of all windows, `null_relative` the span that "
-            "most exceeds the null score of its own window (block). Ratio: whole-article F1 over paragraph F1; "
-            "difference to raw: F1 points with the paired article-bootstrap interval (95%; bold: it excludes zero).\n\n"
-            + whole_article_table(whole_articles)
-        )
-    if verdicts:
-        parts.append(
-            f"## Verdicts: differences to `{baseline}`'s configuration averaged over seeds (F1 points)\n\nPer "
-            "question, the F1 difference to the baseline's configuration at the same seed, averaged over the seeds "
-            "both have, with its paired article-bootstrap interval (95%). The seed spread is the largest gap between "
-            "two seeds' F1 of one configuration. A gap is *resolved* where the interval excludes zero and the gap "
-            "exceeds both configurations' seed spread (the known one, for a configuration with one seed); otherwise "
-            "it is *smaller than the interval* (the interval includes zero), *within the seed spread*, or has *no "
-            "seed spread yet* (one seed on both sides).\n\n" + verdicts_table(verdicts, sets)
-        )
-    if seeds:
-        parts.append(
-            "## Seed spread (F1 points, second seed minus first, 95% interval)\n\n" + intervals_table(seeds, sets)
-        )
-    if results:
-        parts.append(
-            "## Cost: eval seconds per question and peak memory, train time\n\nAs measured on the machine each cell "
-            "ran on (its processor, and its GPU where it had one). Cells run together (`--jobs`) shared that machine, "
-            "so their times are upper bounds and compare only between cells that ran alone on the same hardware.\n\n"
-            + cost_table(results, sets)
-        )
-        if losses := loss_table(results):
-            parts.append(
-                "## Training loss\n\nThe loss run_qa logged (mean of start and end cross-entropy over each logging "
-                "interval):\n\n" + losses
-            )
-        commands = "\n".join(f"# {name}\n" + "\n".join(entry["commands"]) for name, entry in results.items())
-        parts.append(
-            "## Commands\n\nThe test sets (see [the long-context QA data](../qa_long_context_data.md)), then the "
-            "driver, from the repository root:\n\n```bash\n"
-            + DRIVER_COMMANDS
-            + "```\n\nThe steps it ran for each cell, which name the folders outside the repository as the commands "
-            f"above set them: `{MINILM_VARIABLE}` the installed all-MiniLM-L6-v2, `{DATA_DIR_VARIABLE}` the test sets "
-            f"and `{WORK_DIR_VARIABLE}` the work folder (converted models, checkpoints, predictions):\n\n```bash\n"
-            + commands
-            + "\n```\n"
-        )
-    report = {
-        "baseline": baseline,
-        "finished": finished,
-        "pending": pending,
-        "cells": {name: {k: v for k, v in entry.items() if k != "scores"} for name, entry in results.items()},
-        "differences_to_baseline": compared,
-        "differences_at_the_same_seed": same_seed,
-        "differences_at_the_same_window": same_window,
-        "differences_to_sliding_windows": sliding,
-        "whole_articles": whole_articles,
-        "seed_spread": seeds,
-        "seed_averaged_verdicts": verdicts,
-    }
+    parts += _difference_sections(config, measured)
+    parts += _long_arm_sections(measured)
+    parts += _whole_article_section(measured)
+    parts += _verdict_sections(measured)
+    if measured.results:
+        parts += _cost_sections(measured)
+        parts.append(_commands_section(config, grid, measured))
+    report = _report_json(measured)
     write_file_atomically(folder / "README.md", "\n".join(parts))
     write_json_atomically(folder / "results.json", report)
     return report

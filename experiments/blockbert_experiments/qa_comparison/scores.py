@@ -1,8 +1,11 @@
-"""Per-question SQuAD scores and the statistics of the report: the paired bootstrap that resamples articles, and the
-differences between cells (to the baseline, between seeds) with their intervals."""
+"""Per-question SQuAD scores and the statistics of the report: the paired bootstrap that resamples articles, the
+t-interval over per-seed differences (and the wider of the two, as `docs/long_document_decision_rule.md` fixes it), the
+ratio of two scores with its article-bootstrap interval, and the differences between cells (to the baseline, between
+seeds, to sliding windows) with their intervals."""
 
 import hashlib
 import json
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -79,6 +82,106 @@ def paired_article_bootstrap(
         "high": float(high),
         "articles": len(sums),
         "questions": int(differences.size),
+    }
+
+
+def article_bootstrap_ratio(
+    numerator: Sequence[float],
+    denominator: Sequence[float],
+    articles: Sequence[int],
+    *,
+    samples: int = 10_000,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> dict:
+    """The `confidence` interval of `sum(numerator) / sum(denominator)` over the questions (paired, in the same
+    order) from a bootstrap that resamples whole articles, as `paired_article_bootstrap` does for a difference."""
+    top, bottom = np.asarray(numerator, dtype=float), np.asarray(denominator, dtype=float)
+    groups = np.asarray(articles)
+    if not top.shape == bottom.shape == groups.shape or top.size == 0:
+        raise ValueError(
+            f"Need one article per question and at least one question: got {top.size} numerators, {bottom.size} "
+            f"denominators and {groups.size} article indices."
+        )
+    _, group = np.unique(groups, return_inverse=True)
+    tops, bottoms = np.bincount(group, weights=top), np.bincount(group, weights=bottom)
+    drawn = np.random.default_rng(seed).integers(0, len(tops), size=(samples, len(tops)))
+    with np.errstate(divide="ignore", invalid="ignore"):  # a resample of articles the denominator scores 0 on
+        ratios = tops[drawn].sum(axis=1) / bottoms[drawn].sum(axis=1)
+    tail = 100 * (1 - confidence) / 2
+    low, high = np.percentile(ratios, [tail, 100 - tail])
+    return {"low": float(low), "high": float(high), "articles": len(tops)}
+
+
+def _central_t_probability(t: float, degrees_of_freedom: int) -> float:
+    """P(|T| <= t) for Student's t with integer degrees of freedom: the finite series of Abramowitz & Stegun 26.7.3
+    (odd) and 26.7.4 (even) in theta = atan(t / sqrt(dof))."""
+    theta = math.atan(t / math.sqrt(degrees_of_freedom))
+    cos2 = math.cos(theta) ** 2
+    if degrees_of_freedom % 2 == 0:
+        term = total = 1.0
+        for k in range(1, degrees_of_freedom // 2):
+            term *= cos2 * (2 * k - 1) / (2 * k)
+            total += term
+        return math.sin(theta) * total
+    total = 0.0
+    if degrees_of_freedom > 1:
+        term = total = 1.0
+        for k in range(1, (degrees_of_freedom - 1) // 2):
+            term *= cos2 * (2 * k) / (2 * k + 1)
+            total += term
+        total *= math.sin(theta) * math.cos(theta)
+    return 2 / math.pi * (theta + total)
+
+
+def student_t_quantile(probability: float, degrees_of_freedom: int) -> float:
+    """The `probability` quantile (0.5 < probability < 1) of Student's t with integer degrees of freedom, found by
+    bisection on its exact CDF (scipy is not a dependency of the repository; this is the one quantile it needs)."""
+    if not 0.5 < probability < 1 or degrees_of_freedom < 1:
+        raise ValueError(
+            f"Need 0.5 < probability < 1 and at least 1 degree of freedom: got {probability} and {degrees_of_freedom}."
+        )
+    central = 2 * probability - 1  # P(|T| <= t) at the wanted t
+    low, high = 0.0, 1.0
+    while _central_t_probability(high, degrees_of_freedom) < central:
+        low, high = high, 2 * high
+    for _ in range(200):
+        middle = (low + high) / 2
+        low, high = (middle, high) if _central_t_probability(middle, degrees_of_freedom) < central else (low, middle)
+    return (low + high) / 2
+
+
+def seed_t_interval(differences: Sequence[float], confidence: float = 0.95) -> dict | None:
+    """The `confidence` t-interval of the mean of per-seed differences (seed i of one cell minus seed i of the other):
+    the variation between fine-tuning seeds, which a bootstrap of seed-averaged scores over articles does not see.
+    None with fewer than two seeds."""
+    seeds = len(differences)
+    if seeds < 2:
+        return None
+    values = np.asarray(differences, dtype=float)
+    quantile = student_t_quantile(1 - (1 - confidence) / 2, seeds - 1)
+    half_width = quantile * float(values.std(ddof=1)) / math.sqrt(seeds)
+    mean = float(values.mean())
+    return {"difference": mean, "low": mean - half_width, "high": mean + half_width, "seeds": seeds, "t": quantile}
+
+
+def wider_interval(bootstrap: Mapping, t_interval: Mapping | None) -> dict:
+    """The interval of `docs/long_document_decision_rule.md`: the wider of the paired article bootstrap and the
+    t-interval over per-seed differences (the bootstrap alone with one seed), with its half-width, the smallest
+    effect it can detect."""
+    chosen, source = bootstrap, "article bootstrap"
+    if t_interval is not None and t_interval["high"] - t_interval["low"] > bootstrap["high"] - bootstrap["low"]:
+        chosen, source = t_interval, "t over seeds"
+    excludes_zero = (chosen["low"] > 0 or chosen["high"] < 0) and (
+        source == "t over seeds" or _excludes_zero(bootstrap)
+    )
+    return {
+        "difference": bootstrap["difference"],
+        "low": chosen["low"],
+        "high": chosen["high"],
+        "from": source,
+        "smallest_detectable_effect": (chosen["high"] - chosen["low"]) / 2,
+        "excludes_zero": excludes_zero,
     }
 
 
@@ -203,61 +306,146 @@ def _seed_mean_scores(results: Mapping[str, dict], cells: Mapping[int, str], see
     return np.mean([100 * np.asarray(results[cells[seed]]["scores"][test_set]["f1"], float) for seed in seeds], axis=0)
 
 
+def configurations(results: Mapping[str, dict]) -> dict[str, dict[int, str]]:
+    """The cells of each configuration (`configuration_key`), by seed."""
+    found: dict[str, dict[int, str]] = {}
+    for name in results:
+        found.setdefault(configuration_key(results, name), {})[results[name]["cell"]["seed"]] = name
+    return found
+
+
+def _seed_spread(results: Mapping[str, dict], cells: Mapping[int, str], test_set: str) -> float | None:
+    """The largest gap between the mean F1 of two seeds of a configuration; None with one seed."""
+    means = [
+        _mean_f1_points(results, cells[s], test_set) for s in sorted(cells) if test_set in results[cells[s]]["scores"]
+    ]
+    return max(means) - min(means) if len(means) > 1 else None
+
+
+def _verdict(interval: Mapping, spreads: Mapping[str, float | None]) -> str:
+    known = [spread for spread in spreads.values() if spread is not None]
+    if not interval["excludes_zero"]:
+        return "smaller than the interval"
+    if not known:
+        return "no seed spread yet"
+    return "resolved" if abs(interval["difference"]) > max(known) else "within the seed spread"
+
+
+def seed_averaged_difference(
+    config: ComparisonConfig,
+    results: Mapping[str, dict],
+    questions: Mapping[str, dict],
+    by_seed: Mapping[int, str],
+    reference: Mapping[int, str],
+    test_set: str,
+) -> dict | None:
+    """One configuration's cells (`by_seed`) against another's (`reference`) on `test_set`, averaged over the seeds
+    both have (per question, the mean over those seeds of the F1 difference at the same seed): the paired
+    article-bootstrap interval (`f1`), the t-interval over the per-seed differences (two seeds or more), the wider of
+    the two with the smallest effect it can detect, the seed-averaged F1 minus each reference seed's, each side's seed
+    spread and the verdict of `seed_averaged_verdicts`. None where no seed pairs up on the same questions."""
+    seeds = sorted(set(by_seed) & set(reference))
+    if not seeds or not all(_comparable(results, by_seed[seed], reference[seed], test_set) for seed in seeds):
+        return None
+    mine, theirs = (_seed_mean_scores(results, cells, seeds, test_set) for cells in (by_seed, reference))
+    bootstrap = paired_article_bootstrap(
+        mine,
+        theirs,
+        questions[test_set]["article"][: len(mine)],
+        samples=config.bootstrap_samples,
+        seed=config.bootstrap_seed,
+    )
+    bootstrap["excludes_zero"] = _excludes_zero(bootstrap)
+    per_seed = [
+        _mean_f1_points(results, by_seed[seed], test_set) - _mean_f1_points(results, reference[seed], test_set)
+        for seed in seeds
+    ]
+    t_interval = seed_t_interval(per_seed)
+    spreads = {
+        side: _seed_spread(results, cells, test_set)
+        for side, cells in (("configuration", by_seed), ("baseline", reference))
+    }
+    mean_f1 = float(np.mean(mine))
+    return {
+        "seeds": seeds,
+        "f1": bootstrap,
+        "per_seed_differences": per_seed,
+        "t_interval": t_interval,
+        "interval": wider_interval(bootstrap, t_interval),
+        "against_each_reference_seed": {
+            str(seed): mean_f1 - _mean_f1_points(results, name, test_set)
+            for seed, name in sorted(reference.items())
+            if _comparable(results, by_seed[seeds[0]], name, test_set)
+        },
+        "seed_spread": spreads,
+        "verdict": _verdict(bootstrap, spreads),
+    }
+
+
 def seed_averaged_verdicts(
     config: ComparisonConfig, results: Mapping[str, dict], questions: Mapping[str, dict], baseline: str
 ) -> dict:
-    """Each configuration against the baseline's, averaged over the seeds both have (per question, the mean over
-    those seeds of the F1 difference at the same seed), with its paired article-bootstrap interval, each side's seed
-    spread (the largest gap between the mean F1 of two of its seeds; unknown with one seed) and a verdict: *resolved*
-    where the interval excludes zero and the gap exceeds every known spread of the two; else *smaller than the
-    interval* (it includes zero), *within the seed spread*, or *no seed spread yet* (one seed on both sides). Keyed by
-    the configuration's first cell."""
+    """Each configuration against the baseline's (`seed_averaged_difference`, on every set), keyed by the
+    configuration's first cell. The verdict reads the bootstrap interval and the seed spreads (the largest gap between
+    the mean F1 of two seeds of one side; unknown with one seed): *resolved* where the interval excludes zero and the
+    gap exceeds every known spread of the two; else *smaller than the interval* (it includes zero), *within the seed
+    spread*, or *no seed spread yet* (one seed on both sides)."""
     if baseline not in results:
         return {}
-    configurations: dict[str, dict[int, str]] = {}
-    for name in results:
-        configurations.setdefault(configuration_key(results, name), {})[results[name]["cell"]["seed"]] = name
-    baseline_key = configuration_key(results, baseline)
-    reference = configurations[baseline_key]
-    verdicts: dict = {}
-    for key, by_seed in configurations.items():
+    found = configurations(results)
+    reference = found[configuration_key(results, baseline)]
+    return _against(config, results, questions, {key: reference for key in found if found[key] is not reference})
+
+
+def long_arm_verdicts(config: ComparisonConfig, results: Mapping[str, dict], questions: Mapping[str, dict]) -> dict:
+    """Each configuration above N = 512 against sliding windows of 512 (the full-attention N = 512 configuration
+    trained on the same data, from converted or adapted weights as it is), as `seed_averaged_verdicts` gives them
+    (`seed_spread["baseline"]` is then the sliding windows')."""
+    found = configurations(results)
+
+    def first(cells: Mapping[int, str]) -> dict:
+        return results[cells[min(cells)]]["cell"]
+
+    def data(cell: Mapping) -> tuple:
+        return cell["train_set"], bool(cell.get("adapted_from"))
+
+    windows_512 = {
+        data(first(cells)): cells
+        for cells in found.values()
+        if first(cells)["attention_pattern"] == "full" and first(cells)["max_seq_length"] == 512
+    }
+    return _against(
+        config,
+        results,
+        questions,
+        {
+            key: windows_512[data(first(cells))]
+            for key, cells in found.items()
+            if first(cells)["max_seq_length"] > 512 and data(first(cells)) in windows_512
+        },
+    )
+
+
+def _against(
+    config: ComparisonConfig,
+    results: Mapping[str, dict],
+    questions: Mapping[str, dict],
+    references: Mapping[str, Mapping[int, str]],
+) -> dict:
+    """`seed_averaged_difference` of each configuration key against its reference cells, on each set, keyed by the
+    configuration's first paired cell."""
+    found = configurations(results)
+    compared: dict = {}
+    for key, reference in references.items():
+        by_seed = found[key]
         seeds = sorted(set(by_seed) & set(reference))
-        if key == baseline_key or not seeds:
+        if not seeds:
             continue
         for test_set in results[by_seed[seeds[0]]]["scores"]:
-            if not all(_comparable(results, by_seed[seed], reference[seed], test_set) for seed in seeds):
-                continue
-            mine, theirs = (_seed_mean_scores(results, cells, seeds, test_set) for cells in (by_seed, reference))
-            interval = paired_article_bootstrap(
-                mine,
-                theirs,
-                questions[test_set]["article"][: len(mine)],
-                samples=config.bootstrap_samples,
-                seed=config.bootstrap_seed,
-            )
-            interval["excludes_zero"] = _excludes_zero(interval)
-            spreads = {}
-            for side, cells in (("configuration", by_seed), ("baseline", reference)):
-                means = [
-                    _mean_f1_points(results, cells[s], test_set)
-                    for s in sorted(cells)
-                    if test_set in results[cells[s]]["scores"]
-                ]
-                spreads[side] = max(means) - min(means) if len(means) > 1 else None
-            known = [spread for spread in spreads.values() if spread is not None]
-            if not interval["excludes_zero"]:
-                verdict = "smaller than the interval"
-            elif not known:
-                verdict = "no seed spread yet"
-            else:
-                verdict = "resolved" if abs(interval["difference"]) > max(known) else "within the seed spread"
-            verdicts.setdefault(by_seed[seeds[0]], {})[test_set] = {
-                "seeds": seeds,
-                "f1": interval,
-                "seed_spread": spreads,
-                "verdict": verdict,
-            }
-    return verdicts
+            entry = seed_averaged_difference(config, results, questions, by_seed, reference, test_set)
+            if entry is not None:
+                compared.setdefault(by_seed[seeds[0]], {})[test_set] = entry
+    return compared
 
 
 WHOLE_ARTICLES, OWN_PARAGRAPHS = "article", "paragraph"  # a long document as context, and the question's own paragraph
@@ -266,7 +454,8 @@ WHOLE_ARTICLES, OWN_PARAGRAPHS = "article", "paragraph"  # a long document as co
 def whole_article_scores(config: ComparisonConfig, results: Mapping[str, dict], questions: Mapping[str, dict]) -> dict:
     """For each cell that scored whole articles and paragraphs (each scored whole-article question among its scored
     paragraph questions): under each window scoring rule, the whole-article F1, the paragraph F1 of the same questions
-    and their ratio (what is lost by reading the whole article instead of the right paragraph), and the difference
+    and their ratio (what is lost by reading the whole article instead of the right paragraph) with its
+    article-bootstrap interval, and the difference
     between the rules over whole articles with its paired article-bootstrap interval (the same logits, scored twice).
     A cell scores the first questions of a set where its evaluation was capped (`--max_eval_samples`)."""
     if WHOLE_ARTICLES not in questions or OWN_PARAGRAPHS not in questions:
@@ -283,15 +472,26 @@ def whole_article_scores(config: ComparisonConfig, results: Mapping[str, dict], 
         same_questions = [position.get(question) for question in questions[WHOLE_ARTICLES]["ids"][:scored]]
         if len(same_questions) < scored or None in same_questions or max(same_questions) >= len(paragraph["raw"]["f1"]):
             continue  # not the same questions (or the paragraphs' evaluation was capped before them)
+        articles = questions[WHOLE_ARTICLES]["article"][:scored]
         by_rule = {}
         for rule in article:
             whole = entry["sets"][WHOLE_ARTICLES]["by_window_scoring"][rule]  # as the results table shows it
-            own = 100 * float(np.mean(np.asarray(paragraph[rule]["f1"], dtype=float)[same_questions]))
-            by_rule[rule] = {**whole, "paragraph_f1": own, "ratio": whole["f1"] / own}
+            own_scores = np.asarray(paragraph[rule]["f1"], dtype=float)[same_questions]
+            own = 100 * float(np.mean(own_scores))
+            interval = article_bootstrap_ratio(
+                article[rule]["f1"], own_scores, articles, samples=config.bootstrap_samples, seed=config.bootstrap_seed
+            )
+            by_rule[rule] = {
+                **whole,
+                "paragraph_f1": own,
+                "ratio": whole["f1"] / own,
+                "ratio_low": interval["low"],
+                "ratio_high": interval["high"],
+            }
         difference = paired_article_bootstrap(
             100 * np.asarray(article["null_relative"]["f1"], dtype=float),
             100 * np.asarray(article["raw"]["f1"], dtype=float),
-            questions[WHOLE_ARTICLES]["article"][:scored],
+            articles,
             samples=config.bootstrap_samples,
             seed=config.bootstrap_seed,
         )

@@ -1,0 +1,338 @@
+"""How the report's cells were made, from what each cell's `results.json` records (its `recipe`, its `cell`, the window
+scoring of its sets, the machines it trained on), whatever the options of the `report` command that writes the README:
+the recipe table, the driver commands that run the cells again with the recorded recipe, and the notes on what the
+test data and the starting weights let one conclude."""
+
+import gzip
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from blockbert_benchmarks.measuring.machine import hardware_text
+
+from ..minilm import MINILM_DEFINITION, MINILM_INSTALL, MINILM_VARIABLE
+from .grid import ADAPTED_BASELINES, BASELINE, Cell, ComparisonConfig
+from .layout import ADAPTATION_DIR_VARIABLE, DATA_DIR_VARIABLE, SQUAD_DEV, WORK_DIR_VARIABLE
+
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+# The 8 SQuAD v1.1 dev articles `make demo` (experiments/demo.py) fine-tunes on.
+DEMO_TRAINING_FILE = Path("data/samples/squad_v1.1_dev_train_articles.json.gz")
+NOT_RECORDED = "not recorded"
+PRECISION = {"no": "fp32", "bf16": "bf16 autocast"}
+TOKEN_RANGES = ("train_tokens_per_batch", "eval_tokens_per_batch")  # options a record fixes as a range of values
+LAYOUTS = {"question_first": "the question first", "question_prefixed_blocks": "the question prefixed to every block"}
+
+
+# ---- the recipe each cell ran
+
+
+def _value(recipe: Mapping, key: str, text=str) -> str:
+    return NOT_RECORDED if recipe.get(key) is None else text(recipe[key])
+
+
+def _questions(recipe: Mapping, key: str) -> str:
+    """How many questions a cell's `max_*_samples` record kept (None: all)."""
+    return NOT_RECORDED if key not in recipe else "all" if recipe[key] is None else f"the first {recipe[key]}"
+
+
+def _batch(recipe: Mapping) -> str:
+    if not recipe.get("per_device_train_batch_size"):
+        return _value(recipe, "effective_batch_size")
+    per_device, accumulation = recipe["per_device_train_batch_size"], recipe["gradient_accumulation_steps"]
+    return f"{recipe['effective_batch_size']} ({per_device} per device x {accumulation} accumulation)"
+
+
+def _dropout(recipe: Mapping) -> str:
+    if recipe.get("attention_probs_dropout_prob") is None:
+        return NOT_RECORDED
+    hidden = recipe.get("hidden_dropout_prob")
+    return f"attention {recipe['attention_probs_dropout_prob']:g}, hidden " + (
+        "as converted" if hidden is None else f"{hidden:g}"
+    )
+
+
+def _negative_windows(rate: float | None) -> str:
+    return NOT_RECORDED if rate is None else "all kept" if rate >= 1 else f"kept at rate {rate:g}"
+
+
+def recipe_settings(entry: Mapping) -> dict[str, str]:
+    """What one cell ran with, as its record says it: setting -> value, in the README's words."""
+    recipe, cell, machines = entry.get("recipe") or {}, entry["cell"], entry["train"].get("machines") or []
+    scoring = sorted(
+        {measured["window_scoring"] for measured in entry["sets"].values() if "window_scoring" in measured}
+    )
+    threads = sorted({int(found) for line in machines for found in re.findall(r"torch uses (\d+) threads", line)})
+    adapted = cell.get("adapted_from")
+    positions = "restarting in every block" if cell.get("block_relative_positions") else "running on"
+    return {
+        "starting weights": f"adapted (`{adapted}` of the adaptation chain)"
+        if adapted
+        else "converted, no blockwise pre-training or adaptation",
+        "epochs": _value(recipe, "num_train_epochs", lambda v: f"{v:g}"),
+        "learning rate": _value(recipe, "learning_rate", lambda v: f"{v:g}"),
+        "windows per optimizer step": _batch(recipe),
+        "schedule": _value(recipe, "schedule", lambda v: f"{v}, {recipe.get('warmup_ratio', 0):.0%} warmup"),
+        "training windows without the answer": _negative_windows(recipe.get("negative_window_rate")),
+        "window overlap": _value(recipe, "doc_stride", lambda v: f"{v} tokens"),
+        "dropout": _dropout(recipe),
+        "window layout": f"{LAYOUTS.get(cell.get('window_layout'), cell.get('window_layout'))}, positions {positions}",
+        "training objective": f"`{cell.get('qa_objective', 'window')}`",
+        "window scoring": ", ".join(f"`{rule}`" for rule in scoring) or NOT_RECORDED,
+        "training precision": _value(recipe, "mixed_precision", lambda v: PRECISION.get(v, v)),
+        "evaluation precision": _value(recipe, "eval_mixed_precision", lambda v: PRECISION.get(v, v)),
+        "training questions": _questions(recipe, "max_train_samples"),
+        "evaluation questions": _questions(recipe, "max_eval_samples"),
+        "trained on": hardware_text(machines) or NOT_RECORDED,
+        "torch threads while training": ", ".join(map(str, threads)) or NOT_RECORDED,
+    }
+
+
+def _cells_text(names: Sequence[str]) -> str:
+    return ", ".join(f"`{name}`" for name in names)
+
+
+def recipe_section(results: Mapping[str, dict]) -> str:
+    """The README's Recipe section: one row per setting where every cell ran the same, else one row per value naming
+    its cells (the largest group last, as "the other cells")."""
+    per_cell = {name: recipe_settings(entry) for name, entry in results.items()}
+    rows = []
+    for setting in next(iter(per_cell.values()), {}):
+        groups: dict[str, list[str]] = {}
+        for name, settings in per_cell.items():
+            groups.setdefault(settings[setting], []).append(name)
+        ordered = sorted(groups.items(), key=lambda group: len(group[1]))  # stable: ties keep their first appearance
+        for index, (value, names) in enumerate(ordered):
+            if len(ordered) == 1:
+                cells = f"all {len(names)}"
+            elif index == len(ordered) - 1:
+                cells = f"the other {len(names)}"
+            else:
+                cells = _cells_text(names)
+            rows.append(f"| {setting if index == 0 else ''} | {value} | {cells} |")
+    if not rows:
+        return "## Recipe\n\nNo cell has results yet.\n"
+    return (
+        "## Recipe\n\nWhat each cell ran, as its `results.json` records it (`recipe`, `cell`, the window scoring of "
+        "its sets, the machines it trained on): one row per setting where all cells agree, else a row per value with "
+        "the cells that ran it. Each cell is evaluated on the sets of the Results table with windows of its own N; "
+        "eval time is the forward pass per question, peak memory the evaluating process's RSS high-water mark.\n\n"
+        "| setting | value | cells |\n|---|---|---|\n" + "\n".join(rows) + "\n"
+    )
+
+
+# ---- the driver commands that run the cells again
+
+
+def _token_range(per_device: int, max_seq_length: int, effective: int | None = None) -> tuple[float, float]:
+    """The `--train_tokens_per_batch` (with `effective`, as `batch_sizes` divides the effective batch) or
+    `--eval_tokens_per_batch` values that give `per_device` windows per batch at N."""
+    if effective is None:
+        larger = per_device + 1
+    else:
+        larger = next((d for d in range(per_device + 1, effective + 1) if effective % d == 0), None)
+    return per_device * max_seq_length, larger * max_seq_length - 1 if larger else math.inf
+
+
+def _eval_batch_size(commands: Sequence[str]) -> int | None:
+    """The evaluation batch of a cell's recorded evaluation steps, where they all used one."""
+    sizes = {int(size) for line in commands for size in re.findall(r"--per_device_eval_batch_size (\d+)", line)}
+    return sizes.pop() if len(sizes) == 1 else None
+
+
+def run_options(entry: Mapping, grid: str) -> dict | None:
+    """The `qa_comparison.py run` options that a cell's record fixes, option -> value (a range of values for the
+    `TOKEN_RANGES` options); None where the cell has no recipe record."""
+    recipe, cell = entry.get("recipe"), entry["cell"]
+    if not recipe:
+        return None
+    own = [key for key in ("learning_rate", "num_train_epochs", "negative_window_rate") if cell.get(key) is not None]
+    keys = ("learning_rate", "num_train_epochs", "negative_window_rate", "effective_batch_size", "warmup_ratio")
+    keys += ("doc_stride", "attention_probs_dropout_prob", "mixed_precision", "eval_mixed_precision")
+    keys += ("max_train_samples", "max_eval_samples")  # None: all questions, the default
+    options = {key: recipe[key] for key in keys if recipe.get(key) is not None and key not in own}
+    for key in ("mixed_precision", "eval_mixed_precision"):
+        if "+" in options.get(key, ""):  # attempts that ran with different precisions fix no single option
+            del options[key]
+    if recipe.get("per_device_train_batch_size") and recipe.get("effective_batch_size"):
+        per_device, effective = recipe["per_device_train_batch_size"], recipe["effective_batch_size"]
+        options["train_tokens_per_batch"] = _token_range(per_device, cell["max_seq_length"], effective)
+    if eval_batch := _eval_batch_size(entry.get("commands") or []):
+        options["eval_tokens_per_batch"] = _token_range(eval_batch, cell["max_seq_length"])
+    scoring = {measured["window_scoring"] for measured in entry["sets"].values() if "window_scoring" in measured}
+    if len(scoring) == 1:
+        options["window_scoring"] = scoring.pop()
+    if cell["max_seq_length"] > 512 and cell["attention_pattern"] == "blockwise":  # what the --long_* options set
+        if grid not in ADAPTED_BASELINES:
+            options["long_window_layout"] = cell["window_layout"]
+            options["long_block_relative_positions"] = cell["block_relative_positions"]
+        if grid == "comparison" or cell["num_blocks"] > 1:
+            options["long_qa_objective"] = cell.get("qa_objective", "window")
+    return options
+
+
+def _merged(shared: Mapping, options: Mapping) -> dict | None:
+    """`shared` and `options` as one run's options, or None where they disagree."""
+    merged = dict(shared)
+    for key, value in options.items():
+        if key not in merged:
+            merged[key] = value
+        elif key in TOKEN_RANGES:
+            low, high = max(merged[key][0], value[0]), min(merged[key][1], value[1])
+            if low > high:
+                return None
+            merged[key] = (low, high)
+        elif merged[key] != value:
+            return None
+    return merged
+
+
+def run_groups(results: Mapping[str, dict], grid: str) -> list[tuple[list[str], dict]]:
+    """The cells in groups that one `run` command reproduces (their recorded options agree), with those options."""
+    groups: list[tuple[list[str], dict]] = []
+    for name, entry in results.items():
+        options = run_options(entry, grid)
+        if options is None:
+            continue
+        for index, (names, shared) in enumerate(groups):
+            if (merged := _merged(shared, options)) is not None:
+                groups[index] = ([*names, name], merged)
+                break
+        else:
+            groups.append(([name], options))
+    return groups
+
+
+def _option_text(key: str, value) -> str:
+    if key in TOKEN_RANGES:
+        value = value[0]  # the smallest that gives the recorded batches
+    if isinstance(value, bool):
+        value = str(value).lower()
+    elif isinstance(value, float):
+        value = f"{value:g}"
+    return f"--{key} {value}"
+
+
+def _wrapped(words: Sequence[str], width: int = 110) -> str:
+    """A shell command over several lines, breaking only between `words`."""
+    lines = [words[0]]
+    for word in words[1:]:
+        if len(lines[-1]) + 1 + len(word) > width:
+            lines[-1] += " \\"
+            lines.append("    " + word)
+        else:
+            lines[-1] += " " + word
+    return "\n".join(lines)
+
+
+def driver_commands(results: Mapping[str, dict], config: ComparisonConfig, grid: Sequence[Cell]) -> str:
+    """The shell lines that build the test sets, run the cells with the options their records fix (one `run` per
+    group of cells that agree) and write the report."""
+    adapted = config.grid in ADAPTED_BASELINES
+    lines = [
+        MINILM_INSTALL,
+        MINILM_DEFINITION,
+        f"SQUAD=path/to/dev-v1.1.json.gz  # {SQUAD_DEV}",
+        f"{DATA_DIR_VARIABLE[1:]}=outputs/long_qa_data",
+        f"{WORK_DIR_VARIABLE[1:]}=outputs/qa_comparison",
+        *([f"{ADAPTATION_DIR_VARIABLE[1:]}=outputs/adaptation  # the folder of experiments/adaptation.py"] * adapted),
+        _wrapped(
+            ["python experiments/build_long_context_qa.py --squad_file $SQUAD", f"--tokenizer {MINILM_VARIABLE}"]
+            + [f"--output_dir {DATA_DIR_VARIABLE}"]
+        ),
+    ]
+    common = [f"--grid {config.grid}"] * (config.grid != "comparison")
+    common += [f"--results_dir {config.results_dir}"] * (config.results_dir != ComparisonConfig.results_dir)
+    names = [cell.name for cell in grid]
+    for cells, options in run_groups(results, config.grid):
+        words = ["python experiments/qa_comparison.py run --squad_file $SQUAD", f"--data_dir {DATA_DIR_VARIABLE}"]
+        words += [f"--work_dir {WORK_DIR_VARIABLE}", *common]
+        words += [f"--adaptation_dir {ADAPTATION_DIR_VARIABLE}"] * adapted
+        words += [] if sorted(cells) == sorted(names) else ["--cells " + " ".join(cells)]
+        lines.append(_wrapped(words + [_option_text(key, value) for key, value in options.items()]))
+    default_baseline = ADAPTED_BASELINES.get(config.grid, BASELINE)
+    report = ["python experiments/qa_comparison.py report", *common]
+    report += [f"--baseline {config.baseline}"] * (config.baseline != default_baseline)
+    for key in ("bootstrap_samples", "bootstrap_seed"):
+        if getattr(config, key) != getattr(ComparisonConfig, key):
+            report.append(f"--{key} {getattr(config, key)}")
+    lines.append(_wrapped(report))
+    unrecorded = [name for name, entry in results.items() if not entry.get("recipe")]
+    note = f"\n# {', '.join(unrecorded)}: no recipe recorded, so no command runs them as they ran" if unrecorded else ""
+    return "\n".join(lines) + note + "\n"
+
+
+# ---- what the test data and the starting weights let one conclude
+
+TEST_HALF_NOTE = (
+    "**The test half was evaluated during early development.** Earlier versions of this comparison (other recipes "
+    "and configurations) were scored on it before the dev articles were held out of the first half for choosing the "
+    "recipe ([qa_recipe](../qa_recipe/README.md)), so the test half is not untouched by the choices made since."
+)
+
+
+def _demo_titles(repository: Path) -> list[str]:
+    path = repository / DEMO_TRAINING_FILE
+    if not path.is_file():
+        return []
+    with gzip.open(path, "rt", encoding="utf-8") as file:
+        return [article["title"] for article in json.load(file)["data"]]
+
+
+def demo_note(questions: Mapping[str, dict], repository: Path = REPO_ROOT) -> str:
+    """Which of the demo's training articles are test articles here, with their `paragraph` questions; empty where
+    none is (or the demo's file or the question list is missing)."""
+    demo = _demo_titles(repository)
+    tested = {title for entry in questions.values() for title in entry.get("titles", [])}
+    shared = [title for title in demo if title in tested]
+    if not shared:
+        return ""
+    count = ""
+    if "paragraph" in questions and questions["paragraph"].get("titles"):
+        titles = questions["paragraph"]["titles"]
+        articles = questions["paragraph"]["article"]
+        inside = sum(titles[article] in shared for article in articles)
+        count = f", with {inside:,} of the {len(articles):,} `paragraph` questions"
+    return (
+        f"**The demo trains on test articles.** `make demo` (`experiments/demo.py`) fine-tunes on the {len(demo)} "
+        f"SQuAD v1.1 dev articles of `{DEMO_TRAINING_FILE.as_posix()}`; {len(shared)} of them "
+        f"({', '.join(shared)}) are test articles here{count}. The cells here never train on them, but a model "
+        "fine-tuned by the demo must not be scored on these sets."
+    )
+
+
+def weights_note(results: Mapping[str, dict]) -> str:
+    """Which cells start from converted weights only (no blockwise pre-training or adaptation), and what that makes
+    the comparison at N = 512; empty where every cell starts from adapted weights."""
+    converted = [name for name, entry in results.items() if not entry["cell"].get("adapted_from")]
+    if not converted:
+        return ""
+    which = "Every cell here starts" if len(converted) == len(results) else f"{_cells_text(converted)} start"
+    blockwise_512 = any(
+        results[name]["cell"]["max_seq_length"] == 512 and results[name]["cell"]["attention_pattern"] != "full"
+        for name in converted
+    )
+    text = (
+        f"**Converted and fine-tuned, not pre-trained with their attention.** {which} from an encoder "
+        "pre-trained with full attention, converted to its attention pattern and fine-tuned: no blockwise "
+        "pre-training or adaptation (continued masked-LM training with the cell's own attention, "
+        "`experiments/adaptation.py`) came in between, so every head that reads another block learns that role "
+        "from fine-tuning alone."
+    )
+    if blockwise_512:
+        text += (
+            " The comparison at N = 512 is therefore a study of converted, fine-tuned models, not a replication of "
+            "the paper's Table 4, whose models are each pre-trained with their own attention."
+        )
+    return text
+
+
+def reading_notes(results: Mapping[str, dict], questions: Mapping[str, dict]) -> str:
+    """The README's section on what these results can and cannot say; empty where there is nothing to note."""
+    notes = []
+    if any(entry["cell"].get("eval_half", "second") == "second" for entry in results.values()):
+        notes.append(TEST_HALF_NOTE)
+    notes += [note for note in (demo_note(questions), weights_note(results)) if note]
+    return "## Reading these results\n\n" + "\n\n".join(notes) + "\n" if notes else ""
