@@ -90,18 +90,23 @@ TARGETS = [
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    # sparse_prediction only changes the MLM head's training loss: nothing to compare in a forward pass.
-    forward_models = ",".join(key for key, candidate in CANDIDATES.items() if not candidate.sparse_prediction)
+    # sparse_prediction only changes the MLM head's training loss: nothing to compare in a forward pass. flex_attention
+    # compiles its kernel on first use (minutes on a CPU): asked for by name (benchmarks/gpu_efficiency.py runs it).
+    forward_models = ",".join(
+        key
+        for key, candidate in CANDIDATES.items()
+        if not candidate.sparse_prediction and candidate.attn_implementation != "flex_attention"
+    )
     add_comparison_arguments(parser, DEFAULT_OUTPUT_DIR, "8x1024,16x1024,2x4096", forward_models, 300, "forward")
     args = parser.parse_args(argv)
     check_comparison_arguments(parser, args)
     return args
 
 
-def build_runners(candidates, batch_size, seq_len, size, device):
-    """One forward callable per model (BlockBERT and RoBERTa models share one set of weights)."""
+def build_runners(candidates, batch_size, seq_len, size, device, dtype="float32"):
+    """One forward callable per model, weights in `dtype` (BlockBERT and RoBERTa models share one set of weights)."""
     input_ids = random_token_ids(batch_size, seq_len, size.vocab_size, torch.Generator().manual_seed(0)).to(device)
-    models = build_models_sharing_weights(candidates, seq_len, size, device)
+    models = build_models_sharing_weights(candidates, seq_len, size, device, dtype)
     return {key: functools.partial(model.eval(), input_ids=input_ids) for key, model in models.items()}
 
 
@@ -116,8 +121,15 @@ def main(argv=None):
         rows = measure_section(
             args.candidates,
             measure_forward,
-            dict(batch_size=batch_size, seq_len=seq_len, size=size, device=args.device),
-            functools.partial(build_runners, batch_size=batch_size, seq_len=seq_len, size=size, device=args.device),
+            dict(batch_size=batch_size, seq_len=seq_len, size=size, device=args.device, dtype=args.dtype),
+            functools.partial(
+                build_runners,
+                batch_size=batch_size,
+                seq_len=seq_len,
+                size=size,
+                device=args.device,
+                dtype=args.dtype,
+            ),
             args,
             name,
             timing_context=torch.inference_mode,
@@ -126,7 +138,7 @@ def main(argv=None):
 
     notes = [
         f"{'quick mode, tiny model: ' if args.quick else 'BERT-base dims: '}{size.describe()}; "
-        "`*Model` forward in inference mode, fp32, random weights and tokens, no padding.",
+        f"`*Model` forward in inference mode, {args.dtype} weights, random weights and tokens, no padding.",
         f"Time: median of {args.repeats} rounds after {args.warmup} warm-up call(s), all models interleaved in one "
         "process; ratios are same-run: median over rounds of (time / anchor's time in that round), then the ratio of "
         "the medians. Only same-run ratios compare; absolute times vary between runs of a shared machine.",

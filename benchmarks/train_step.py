@@ -47,6 +47,7 @@ DEFAULT_MODELS = (
     "blockbert-n2-eager,blockbert-n2-sdpa,blockbert-n3-eager,blockbert-n3-sdpa,roberta-eager,roberta-sdpa,longformer,"
     "bigbird,blockbert-full-sdpa-sparse,blockbert-n2-sdpa-sparse"
 )
+PRECISION = {"float32": "fp32", "bfloat16": "bf16 autocast (fp32 weights and AdamW state)"}
 _AT_TARGET = dict(batch_size=4, seq_len=1024, attention_dropout=0.1)
 # Training targets: peak memory against the paper's Table 3 ratios, step time as same-run ratios.
 TARGETS = [
@@ -121,8 +122,9 @@ def parse_args(argv):
     return args
 
 
-def build_runners(candidates, batch_size, seq_len, size, attention_dropout, device):
-    """One training-step callable per model; models that share weights (BlockBERT, RoBERTa) share one AdamW too."""
+def build_runners(candidates, batch_size, seq_len, size, attention_dropout, device, autocast_dtype=None):
+    """One training-step callable per model; models that share weights (BlockBERT, RoBERTa) share one AdamW too.
+    `autocast_dtype` ("bfloat16"): mixed precision (see `make_training_step`)."""
     generator = torch.Generator().manual_seed(0)
     input_ids = random_token_ids(batch_size, seq_len, size.vocab_size, generator)
     labels = masked_lm_labels(input_ids, generator=generator)
@@ -135,7 +137,7 @@ def build_runners(candidates, batch_size, seq_len, size, attention_dropout, devi
         weights = id(next(model.parameters()))
         if weights not in optimizers:
             optimizers[weights] = torch.optim.AdamW(model.parameters(), lr=1e-5)
-        runners[key] = make_training_step(model.train(), optimizers[weights], input_ids, labels)
+        runners[key] = make_training_step(model.train(), optimizers[weights], input_ids, labels, autocast_dtype)
     return runners
 
 
@@ -146,6 +148,7 @@ def main(argv=None):
     size = comparison_size(args)
     sections = []
     jobs = [(p, b, n) for p in args.attention_dropouts for b, n in args.grid]
+    autocast_dtype = None if args.dtype == "float32" else args.dtype
     for attention_dropout, batch_size, seq_len in tqdm(jobs, desc="grid", unit="point"):
         name = f"{batch_size}x{seq_len}, attention dropout {attention_dropout:g}"
         rows = measure_section(
@@ -157,6 +160,7 @@ def main(argv=None):
                 size=size,
                 attention_dropout=attention_dropout,
                 device=args.device,
+                autocast_dtype=autocast_dtype,
             ),
             functools.partial(
                 build_runners,
@@ -165,6 +169,7 @@ def main(argv=None):
                 size=size,
                 attention_dropout=attention_dropout,
                 device=args.device,
+                autocast_dtype=autocast_dtype,
             ),
             args,
             name,
@@ -175,8 +180,8 @@ def main(argv=None):
 
     notes = [
         f"{'quick mode, tiny model: ' if args.quick else 'BERT-base dims: '}{size.describe()}; "
-        "one AdamW step of `*ForMaskedLM`, fp32, hidden dropout 0.1, random weights and tokens, 15% of positions "
-        "labelled, no padding.",
+        f"one AdamW step of `*ForMaskedLM`, {PRECISION[args.dtype]}, hidden dropout 0.1, random weights and tokens, "
+        "15% of positions labelled, no padding.",
         f"Time: median of {args.repeats} rounds after {args.warmup} warm-up step(s), all models interleaved in one "
         "process; ratios are same-run: median over rounds of (time / anchor's time in that round), then the ratio of "
         "the medians.",

@@ -95,6 +95,13 @@ def add_comparison_arguments(
         "--too_slow_s", type=float, default=too_slow_s, help=f"a model whose {call} takes longer: not timed"
     )
     parser.add_argument("--skip_timing", action="store_true", help="measure memory only (no timing pass)")
+    parser.add_argument(
+        "--dtype",
+        default="float32",
+        choices=["float32", "bfloat16"],
+        help="bfloat16: a training step runs under bf16 autocast (fp32 weights and AdamW state, as Trainer's --bf16), "
+        "a forward with its weights in bf16",
+    )
     add_run_arguments(parser, default_output_dir)
 
 

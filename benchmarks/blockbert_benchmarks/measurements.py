@@ -14,12 +14,18 @@ from .workloads import make_training_step, masked_lm_with_adamw, seeded_inputs
 
 
 def measure_forward(
-    candidate_key: str, batch_size: int, seq_len: int, size: ModelSize = BERT_BASE, device: str = "cpu"
+    candidate_key: str,
+    batch_size: int,
+    seq_len: int,
+    size: ModelSize = BERT_BASE,
+    device: str = "cpu",
+    dtype: str = "float32",
 ) -> dict:
-    """Peak memory of one `*Model` forward pass (inference mode) above the weights, and how long that (profiled)
-    forward took: the time says whether the candidate is too slow to time, the memory is the measurement."""
+    """Peak memory of one `*Model` forward pass (inference mode, weights in `dtype`) above the weights, and how long
+    that (profiled) forward took: the time says whether the candidate is too slow to time, the memory is the
+    measurement."""
     candidate = CANDIDATES[candidate_key]
-    model = build_benchmark_model(candidate, seq_len, size).to(device).eval()
+    model = build_benchmark_model(candidate, seq_len, size).to(device=device, dtype=getattr(torch, dtype)).eval()
     input_ids, _ = seeded_inputs(batch_size, seq_len, size.vocab_size)
     input_ids = input_ids.to(device)
     with torch.inference_mode(), track_peak_memory(device) as memory:
@@ -43,15 +49,17 @@ def measure_training_step(
     size: ModelSize = BERT_BASE,
     attention_dropout: float = 0.1,
     device: str = "cpu",
+    autocast_dtype: str | None = None,
 ) -> dict:
     """The paper's memory decomposition (Appendix A.2) of one AdamW step of a `*ForMaskedLM`: model memory (weights),
     optimizer memory (Adam state, present after a warm-up step on one sequence of the same length), and
-    activation memory = the step's peak above those two (activations, gradients, temporaries)."""
+    activation memory = the step's peak above those two (activations, gradients, temporaries). `autocast_dtype`:
+    mixed precision (see `make_training_step`)."""
     model, optimizer = masked_lm_with_adamw(candidate_key, seq_len, size, attention_dropout, device)
     warmup_ids, warmup_labels = (x[:1].to(device) for x in seeded_inputs(1, seq_len, size.vocab_size, seed=1))
-    make_training_step(model, optimizer, warmup_ids, warmup_labels)()
+    make_training_step(model, optimizer, warmup_ids, warmup_labels, autocast_dtype)()
     input_ids, labels = (x.to(device) for x in seeded_inputs(batch_size, seq_len, size.vocab_size))
-    step = make_training_step(model, optimizer, input_ids, labels)
+    step = make_training_step(model, optimizer, input_ids, labels, autocast_dtype)
     with track_peak_memory(device) as memory:
         start = time.perf_counter()
         synchronized(step, device)()

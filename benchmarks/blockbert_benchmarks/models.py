@@ -63,6 +63,8 @@ CANDIDATES = {
         Candidate("blockbert", "eager", 1),
         Candidate("blockbert", "sdpa", 1),
         *(Candidate("blockbert", "sdpa", n, sparse_prediction=True) for n in (1, 2, 3)),
+        # torch's flex_attention kernel, compiled on first use; transformers runs it without attention dropout.
+        Candidate("blockbert", "flex_attention", 2),
         Candidate("roberta", "eager"),
         Candidate("roberta", "sdpa"),
         Candidate("longformer"),
@@ -140,6 +142,8 @@ def build_benchmark_model(
         raise ValueError("sparse_prediction is a BlockBERT option; transformers' other models have no such switch.")
     if candidate.family in ("longformer", "bigbird") and candidate.attn_implementation != "eager":
         raise ValueError(f"{candidate.family} has only an eager attention implementation in transformers.")
+    if candidate.attn_implementation == "flex_attention":
+        attention_dropout = 0.0  # transformers' flex_attention refuses attention dropout
     common = dict(
         vocab_size=size.vocab_size,
         hidden_size=size.hidden_size,
@@ -218,13 +222,15 @@ def share_parameters(donor: torch.nn.Module, recipient: torch.nn.Module) -> None
 
 
 def build_models_sharing_weights(
-    candidates: list[Candidate], seq_len: int, size: ModelSize, device, **build_kwargs
+    candidates: list[Candidate], seq_len: int, size: ModelSize, device, dtype: str = "float32", **build_kwargs
 ) -> dict[str, torch.nn.Module]:
-    """`build_benchmark_model` for every candidate; the BlockBERT and RoBERTa models (same parameter names and shapes)
-    all use the first one's parameter objects, so a process timing a dozen of them holds one copy of the weights."""
+    """`build_benchmark_model` for every candidate, on `device` with weights in `dtype`; the BlockBERT and RoBERTa
+    models (same parameter names and shapes) all use the first one's parameter objects, so a process timing a dozen of
+    them holds one copy of the weights."""
     models, donor = {}, None
     for candidate in candidates:
-        model = build_benchmark_model(candidate, seq_len, size, **build_kwargs).to(device)
+        model = build_benchmark_model(candidate, seq_len, size, **build_kwargs)
+        model = model.to(device=device, dtype=getattr(torch, dtype))
         if candidate.family in ("blockbert", "roberta"):
             if donor is None:
                 donor = model

@@ -26,12 +26,18 @@ def seeded_inputs(batch_size: int, seq_len: int, vocab_size: int, seed: int = 0)
     return input_ids, masked_lm_labels(input_ids, generator=generator)
 
 
-def make_training_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, input_ids, labels) -> Callable:
+def make_training_step(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, input_ids, labels, autocast_dtype: str | None = None
+) -> Callable:
     """One optimizer step of a `*ForMaskedLM` model. Gradients are released at the end of the step, so that a step
-    starts with only weights and optimizer state allocated (the state in which the paper measures a step)."""
+    starts with only weights and optimizer state allocated (the state in which the paper measures a step).
+    `autocast_dtype` ("bfloat16"): the forward under `torch.autocast` (mixed precision; weights and AdamW state stay
+    fp32, as with Trainer's `--bf16`)."""
+    dtype = getattr(torch, autocast_dtype) if autocast_dtype else None
 
     def step():
-        loss = model(input_ids=input_ids, labels=labels).loss
+        with torch.autocast(input_ids.device.type, dtype=dtype, enabled=dtype is not None):
+            loss = model(input_ids=input_ids, labels=labels).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
