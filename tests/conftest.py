@@ -70,9 +70,9 @@ def tiny_config(**overrides) -> BlockBertConfig:
     return BlockBertConfig(**fields)
 
 
-def tiny_roberta_source(folder, tokenizer):
+def tiny_roberta_source(folder, tokenizer, **config_overrides):
     """A saved 2-layer RoBERTa encoder with its tokenizer (hidden 48, 12 heads, so that 10:2, 8:2:2 and 9:3 split it)
-    at N = 512: a source model for the conversion and adaptation chains."""
+    at N = 512: a source model for the conversion and adaptation chains. `config_overrides` go to `RobertaConfig`."""
     from transformers import RobertaConfig, RobertaModel
 
     config = RobertaConfig(
@@ -82,6 +82,7 @@ def tiny_roberta_source(folder, tokenizer):
         num_attention_heads=12,
         intermediate_size=96,
         max_position_embeddings=514,
+        **config_overrides,
     )
     RobertaModel(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
@@ -138,6 +139,14 @@ def random_batch(lengths, seq_len, vocab_size=120, pad_token_id=1, generator=Non
 def tokenizer():
     """A RoBERTa-style byte-level BPE tokenizer trained on the bundled WikiText-2 sample (pad id 1, mask id 4)."""
     return train_roberta_tokenizer(read_text_lines(SAMPLE_TEXT), vocab_size=1000, model_max_length=64)
+
+
+@pytest.fixture
+def hub(monkeypatch):
+    """A stand-in for the Hugging Face Hub that records what every publishing call uploads (`hub_standin.py`)."""
+    from hub_standin import HubStandIn
+
+    return HubStandIn().install(monkeypatch)
 
 
 @pytest.fixture(autouse=True)

@@ -71,10 +71,12 @@ from .saving import (  # noqa: F401
     AUTO_MAP,
     CUSTOM_PIPELINES,
     QA_PIPELINE_FILE,
+    HubUpload,
     add_remote_code_fields,
     atomic_directory,
     check_save_is_complete,
     is_weight_file,
+    push_model_to_hub,
     set_default_file_mode,
 )
 
@@ -327,6 +329,10 @@ class BlockBertPreTrainedModel(PreTrainedModel):
         (`model.safetensors`, its shards and index) are replaced. A symlinked `save_directory` is written through.
         Where its parent may not be written, the files are moved in one by one, and a folder left half-written by a
         killed save refuses to load (`from_pretrained`) until saved again.
+
+        With `push_to_hub=True` (and transformers' `repo_id`, `private`, `commit_message`, `create_pr`, `token`), the
+        folder as it is once saved, a tokenizer saved there before included, is uploaded in one commit. Its model card
+        is kept; a folder without one gets the card transformers gives (the repository's own, or its template).
         """
         self.config.check_blockwise_fields()
         pipeline_file = add_remote_code_fields(self.config)
@@ -336,8 +342,10 @@ class BlockBertPreTrainedModel(PreTrainedModel):
         target = os.path.abspath(save_directory)
         if os.path.isfile(target):
             raise ValueError(f"save_pretrained needs a folder, but {save_directory!r} is a file.")
-        if kwargs.get("push_to_hub"):
-            kwargs.setdefault("repo_id", os.path.basename(target))  # not the staging folder's name
+        hub_upload = None
+        if kwargs.pop("push_to_hub", False):  # the complete folder is uploaded below, not the staging folder
+            hub_upload = HubUpload.from_save_kwargs(kwargs, os.path.basename(target), super().save_pretrained)
+            hub_upload.create_repo()
         # transformers removes an earlier save's weight shards from the folder it writes to, which here is the staging
         # folder: `replaced` does that for the real one (and also drops an earlier save's single weight file or index,
         # which transformers keeps, and which would then load instead of the new shards).
@@ -345,13 +353,25 @@ class BlockBertPreTrainedModel(PreTrainedModel):
         replaced = lambda name: is_weight_file(name, variant)  # noqa: E731
         with atomic_directory(target, update=True, replaced=replaced) as staging:
             if pipeline_file is not None:
-                # Copied before the rest, so that push_to_hub (at the end of super().save_pretrained) uploads it.
                 shutil.copyfile(pipeline_file, staging / QA_PIPELINE_FILE)
             result = super().save_pretrained(staging, *args, **kwargs)
             for weights in staging.glob("*.safetensors"):
                 # safetensors >= 0.8 writes its files owner-only whatever the umask (safetensors/safetensors#782).
                 set_default_file_mode(weights)
+            if hub_upload is not None:
+                hub_upload.write_card(staging, existing=target, tags=self.model_tags)
+        if hub_upload is not None:
+            hub_upload.upload(target)
         return result
+
+    def push_to_hub(self, repo_id: str, **kwargs):
+        """Uploads the model to the Hub repository `repo_id` in one commit, with transformers' arguments (`private`,
+        `revision`, `create_pr`, `commit_message`, `token`, `tags`, ...): what `save_pretrained` writes, with the
+        tokenizer and model card of the local folder the model was loaded from (without a card there, the one
+        transformers gives: the repository's own, or its template). A model not loaded from a folder holding a
+        tokenizer is uploaded without one, with a warning: push the tokenizer with `tokenizer.push_to_hub(repo_id)`.
+        """
+        return push_model_to_hub(self, repo_id, **kwargs)
 
 
 class BlockBertEncoder(nn.Module):

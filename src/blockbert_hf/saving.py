@@ -11,9 +11,11 @@ first removes those of its own target whose writer is gone, and `remove_stale_st
 `check_output_keeps_inputs` refuses, before any work, an output that would replace the inputs it is made from.
 
 What a saved model folder carries to load with `trust_remote_code=True` is named here too (`AUTO_MAP`,
-`add_remote_code_fields`): the model's code imports this file, so saved model folders carry it. It imports only the
-standard library and `huggingface_hub` (a dependency of transformers): transformers' remote-code loader refuses a
-carried file that imports a package which is not installed.
+`add_remote_code_fields`), and how the model publishes a complete folder to the Hub (`HubUpload`, used by
+`save_pretrained(push_to_hub=True)`, and `push_model_to_hub`, the model's `push_to_hub`): weights, config, code, QA
+pipeline, tokenizer and model card. The model's code imports this file, so saved model folders carry it. It imports
+only the standard library and `huggingface_hub` (a dependency of transformers), and transformers by name where needed:
+transformers' remote-code loader refuses a carried file that imports a package which is not installed.
 """
 
 import copy
@@ -21,6 +23,7 @@ import glob
 import gzip
 import hashlib
 import importlib
+import inspect
 import json
 import logging
 import os
@@ -30,9 +33,10 @@ import socket
 import tempfile
 from collections.abc import Callable, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from huggingface_hub import try_to_load_from_cache
+from huggingface_hub import HfApi, ModelCard, try_to_load_from_cache
 
 
 logger = logging.getLogger(__name__)
@@ -422,3 +426,124 @@ def add_remote_code_fields(config) -> str | None:
     if custom_pipelines or getattr(config, "custom_pipelines", None):
         config.custom_pipelines = custom_pipelines
     return pipeline_file
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Publishing a saved model folder to the Hub
+# ---------------------------------------------------------------------------------------------------------------------
+
+CARD_FILE = "README.md"
+# transformers writes it with every tokenizer it saves: a folder holding it holds a tokenizer.
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+
+
+@dataclass
+class HubUpload:
+    """Where and how a saved model folder goes to the Hub: the repository (created with `repo_options`, e.g.
+    `private=True`, if missing), the branch `revision` (created if missing) or a pull request, and the commit's
+    message. The folder is uploaded as it is with `HfApi.upload_folder` (one commit for a model folder: it splits only
+    hundreds of files), hidden entries aside (the staging folders of a write in progress)."""
+
+    repo_id: str
+    token: str | bool | None = None
+    commit_message: str | None = None
+    commit_description: str | None = None
+    revision: str | None = None
+    create_pr: bool = False
+    repo_options: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_save_kwargs(cls, kwargs: dict, default_repo_id: str, save: Callable) -> "HubUpload":
+        """Takes out of the keywords of `save_pretrained(folder, push_to_hub=True, ...)` what transformers sends to the
+        Hub: `repo_id` (default: the folder's name), `token`, `commit_message`, `create_pr`, and every keyword that is
+        not a parameter of the `save` function (those of `create_repo`, such as `private`)."""
+        save_parameters = inspect.signature(save).parameters
+        hub = {name: kwargs.pop(name) for name in list(kwargs) if name == "token" or name not in save_parameters}
+        fields = {name: hub.pop(name) for name in ("repo_id", "token", "commit_message", "create_pr") if name in hub}
+        return cls(**{"repo_id": default_repo_id, **fields}, repo_options=hub)
+
+    def create_repo(self) -> None:
+        """Creates the repository (and branch) if missing, before any work: a bad id or login fails first."""
+        api = HfApi()
+        self.repo_id = api.create_repo(self.repo_id, token=self.token, exist_ok=True, **self.repo_options).repo_id
+        if self.revision is not None and not self.create_pr and not self.revision.startswith("refs/pr"):
+            api.create_branch(self.repo_id, branch=self.revision, token=self.token, exist_ok=True)
+
+    def write_card(self, folder: str | os.PathLike, existing: str | os.PathLike, tags: list[str] | None = None) -> None:
+        """Gives `folder` the card to publish, keeping the model's own: the card of the folder `existing` (`folder`
+        itself, or the one the model was loaded from); without one, the card transformers' `push_to_hub` gives (the
+        repository's card on the Hub, or transformers' template). The model's `tags` are added, as transformers does;
+        without tags the card's bytes are kept."""
+        own, card_file = Path(existing) / CARD_FILE, Path(folder) / CARD_FILE
+        if own.is_file() and not tags:
+            if own.resolve() != card_file.resolve():
+                shutil.copyfile(own, card_file)
+            return
+        if own.is_file():
+            card = ModelCard.load(own)
+            card.data.tags = list(dict.fromkeys([*(card.data.tags or []), *tags]))
+        else:
+            # By name: transformers is not a package this carried file may import (see the module's docstring).
+            hub_utils = importlib.import_module("transformers.utils.hub")
+            card = hub_utils.create_and_tag_model_card(self.repo_id, tags, token=self.token)
+        card.save(card_file)
+
+    def upload(self, folder: str | os.PathLike):
+        """Uploads `folder` as it is; returns the commit's `CommitInfo`."""
+        commit = HfApi().upload_folder(
+            repo_id=self.repo_id, folder_path=str(folder), repo_type="model", ignore_patterns=[".*"],
+            commit_message=self.commit_message or "Upload model", commit_description=self.commit_description,
+            token=self.token, revision=self.revision, create_pr=self.create_pr,
+        )  # fmt: skip
+        logger.info(f"Uploaded {folder} to the Hub repository {self.repo_id}.")
+        return commit
+
+
+def save_source_tokenizer(model, folder: str | os.PathLike, repo_id: str) -> bool:
+    """Saves into `folder` the tokenizer of the local folder `model` was loaded from, where it holds one (a model does
+    not own its tokenizer; this is the one it was saved with). Otherwise warns how to publish one and returns False."""
+    source = getattr(model.config, "_name_or_path", None) or ""
+    if os.path.isfile(os.path.join(source, TOKENIZER_CONFIG_FILE)):
+        auto_tokenizer = importlib.import_module("transformers").AutoTokenizer  # by name, as in `write_card`
+        auto_tokenizer.from_pretrained(source).save_pretrained(folder)
+        return True
+    if os.path.isdir(source):
+        reason = f"{source}, the folder the model was loaded from, holds none"
+    else:
+        reason = "the model was not loaded from a local folder holding one"
+    logger.warning(
+        f"push_to_hub uploads no tokenizer: {reason}. Publish the tokenizer with "
+        f"tokenizer.push_to_hub({repo_id!r}) (with the same revision), as in transformers."
+    )
+    return False
+
+
+def push_model_to_hub(
+    model,
+    repo_id: str,
+    *,
+    commit_message: str | None = None,
+    commit_description: str | None = None,
+    private: bool | None = None,
+    token: str | bool | None = None,
+    revision: str | None = None,
+    create_pr: bool = False,
+    max_shard_size: int | str | None = "50GB",
+    tags: list[str] | None = None,
+):
+    """`model.push_to_hub(repo_id)` with transformers' arguments, uploading one complete folder: what
+    `model.save_pretrained` writes (weights, config, code, QA pipeline), plus the tokenizer and card of the local folder
+    the model was loaded from (`save_source_tokenizer`; `HubUpload.write_card`: else the repository's card on the Hub
+    or transformers' template). The model's `model_tags` and `tags` go into the card."""
+    upload = HubUpload(
+        repo_id, token=token, commit_message=commit_message, commit_description=commit_description,
+        revision=revision, create_pr=create_pr, repo_options={"private": private},
+    )  # fmt: skip
+    upload.create_repo()
+    tags = list(dict.fromkeys([*(model.model_tags or []), *([tags] if isinstance(tags, str) else tags or [])]))
+    source = getattr(model.config, "_name_or_path", None) or ""
+    with tempfile.TemporaryDirectory() as folder:
+        model.save_pretrained(folder, max_shard_size=max_shard_size)
+        save_source_tokenizer(model, folder, upload.repo_id)
+        upload.write_card(folder, existing=source if os.path.isdir(source) else folder, tags=tags)
+        return upload.upload(folder)

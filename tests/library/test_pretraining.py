@@ -9,7 +9,6 @@ import runpy
 import subprocess
 import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,7 +16,7 @@ from conftest import REPO_ROOT, SAMPLE_TEXT, tiny_config, two_process_launcher
 from safetensors.torch import load_file
 from transformers import AutoTokenizer, RobertaConfig, RobertaForMaskedLM
 
-from blockbert_hf import BlockBertForMaskedLM, BlockBertModel, training
+from blockbert_hf import BlockBertForMaskedLM, BlockBertModel
 from blockbert_hf.conversion import conversion_summary, convert_checkpoint, save_converted
 from blockbert_hf.pretraining import (
     MaskedLMLoss,
@@ -598,19 +597,9 @@ def test_contradictory_adaptation_options_are_refused_before_any_work(tmp_path, 
     assert not any((tmp_path / name).exists() for name in ("a", "b", "c"))
 
 
-def test_run_mlm_publishes_its_final_model_folder_with_activation_checkpointing(tmp_path, monkeypatch):
-    """`--push_to_hub` uploads final_model/ as saved (card included) through the helper run_qa uses; a stand-in
-    for the Hub API records the upload (no network)."""
-    uploads = []
-
-    class RecordingHubApi:
-        def create_repo(self, repo_id, exist_ok=False, **kwargs):
-            return type("RepoUrl", (), {"repo_id": repo_id})()
-
-        def upload_folder(self, folder_path, repo_id, repo_type=None, **kwargs):
-            uploads.append((repo_id, repo_type, sorted(path.name for path in Path(folder_path).iterdir())))
-
-    monkeypatch.setattr(training, "HfApi", RecordingHubApi)
+def test_run_mlm_publishes_its_final_model_folder_with_activation_checkpointing(tmp_path, monkeypatch, hub):
+    """`--push_to_hub` uploads final_model/ as saved (card, code and QA pipeline included) through the helper run_qa
+    uses; a stand-in for the Hub records the upload (no network)."""
     enable = pretraining_trainer.enable_gradient_checkpointing
     checkpointed = []
     monkeypatch.setattr(
@@ -623,10 +612,12 @@ def test_run_mlm_publishes_its_final_model_folder_with_activation_checkpointing(
     )
     results = run_pretraining(args)
     assert checkpointed == [True] and results["hub_repo_id"] == "tiny-mlm"  # the output folder's name by default
-    [(repo_id, repo_type, files)] = uploads
-    assert (repo_id, repo_type) == ("tiny-mlm", "model")
-    assert {"README.md", "config.json", "model.safetensors", "tokenizer.json"} <= set(files)
-    assert files == sorted(path.name for path in (tmp_path / "tiny-mlm" / "final_model").iterdir())
+    files = hub.uploaded("tiny-mlm")
+    assert {
+        "README.md", "config.json", "model.safetensors", "tokenizer.json", "modeling_blockbert.py",
+        "pipeline_question_answering.py",
+    } <= set(files)  # fmt: skip
+    assert files == {path.name: path.read_bytes() for path in (tmp_path / "tiny-mlm" / "final_model").iterdir()}
     with pytest.raises(ValueError, match="--hub_model_id 'not a repo' is not a Hub repository id"):
         run_pretraining(_tiny_args(tmp_path / "other", push_to_hub=True, hub_model_id="not a repo"))
     assert not (tmp_path / "other").exists()

@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import datasets
 import pytest
@@ -19,7 +18,7 @@ from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
-from blockbert_hf import BlockBertForQuestionAnswering, training
+from blockbert_hf import BlockBertForQuestionAnswering
 from blockbert_hf.pipeline_question_answering import ExtractiveQuestionAnsweringPipeline
 from blockbert_hf.qa import (
     QARunConfig,
@@ -717,27 +716,6 @@ def test_the_per_block_objective_trains_and_evaluates_and_is_recorded_with_the_m
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-class RecordingHubApi:
-    """A stand-in for `huggingface_hub.HfApi` that records what each call would upload (no network)."""
-
-    calls: list = []
-
-    def create_repo(self, repo_id, exist_ok=False, **kwargs):
-        RecordingHubApi.calls.append(("create_repo", repo_id, exist_ok))
-        return type("RepoUrl", (), {"repo_id": repo_id})()
-
-    def upload_folder(self, folder_path, repo_id, repo_type=None, commit_message=None, **kwargs):
-        files = {path.relative_to(folder_path).as_posix(): path.read_bytes() for path in Path(folder_path).rglob("*")}
-        RecordingHubApi.calls.append(("upload_folder", repo_id, repo_type, files))
-
-
-@pytest.fixture
-def hub(monkeypatch):
-    monkeypatch.setattr(training, "HfApi", RecordingHubApi)
-    RecordingHubApi.calls = []
-    return RecordingHubApi.calls
-
-
 def test_run_qa_trains_on_a_saved_dataset_folder_and_publishes_the_finished_model_folder(
     tiny_qa_folder, tmp_path, hub, monkeypatch
 ):
@@ -763,14 +741,13 @@ def test_run_qa_trains_on_a_saved_dataset_folder_and_publishes_the_finished_mode
     assert results["train_examples"] == 16 and results["eval_examples"] == 4 and checkpointed == [True]
     assert results["hub_repo_id"] == "someone/tiny-blockbert-qa"
     assert list((output / "blockbert_qa").rglob("events.out.tfevents.*"))  # TensorBoard's log
-    assert [call[0] for call in hub] == ["create_repo", "upload_folder"]
-    _, repo_id, repo_type, files = hub[1]
-    assert (repo_id, repo_type) == ("someone/tiny-blockbert-qa", "model")
+    files = hub.uploaded("someone/tiny-blockbert-qa")
     assert set(files) >= {
-        "config.json", "model.safetensors", "tokenizer.json", "modeling_blockbert.py", "pipeline_question_answering.py",
+        "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "modeling_blockbert.py",
+        "attention_blockbert.py", "configuration_blockbert.py", "saving.py", "pipeline_question_answering.py",
         "README.md",
     }  # fmt: skip
-    assert files["README.md"] == (output / "model" / "README.md").read_bytes()  # the final card, with its scores
+    assert files == {path.name: path.read_bytes() for path in (output / "model").iterdir()}  # as saved, card final
     card = files["README.md"].decode()
     assert "F1" in card and "`my-squad`" in card and str(tmp_path) not in card
     assert ModelCard(card).data.base_model is None  # a local start whose card names no Hub model: none made up
@@ -800,7 +777,7 @@ def test_publishing_options_are_checked_before_any_work(tiny_qa_folder, tmp_path
     evaluation_only = _trained_run_config(tiny_qa_folder, tmp_path / "bad", do_train=False, push_to_hub=True)
     with pytest.raises(ValueError, match="--push_to_hub uploads the fine-tuned model: add --do_train"):
         run_qa(evaluation_only)
-    assert not (tmp_path / "bad").exists() and hub == []
+    assert not (tmp_path / "bad").exists() and hub.repos == {} and hub.commits == []
 
 
 def test_the_dataset_subset_option_of_earlier_versions_is_now_mrqa_subset_with_a_note(monkeypatch, capsys):

@@ -1,5 +1,6 @@
-"""What users combine BlockBERT with: `transformers.Trainer` on every head, transformers' fill-mask pipeline, PEFT LoRA
-on the attention projections."""
+"""What users combine BlockBERT with (docs/ecosystem.md): `transformers.Trainer` on every head (in bf16 with activation
+checkpointing too), loading with `device_map` and in bf16, transformers' fill-mask pipeline, PEFT LoRA on the attention
+projections."""
 
 import copy
 
@@ -103,6 +104,67 @@ def test_trainer_lowers_the_loss(tmp_path):
     assert losses[-1] < losses[0]
 
 
+def test_trainer_in_bf16_with_activation_checkpointing(tmp_path):
+    """The Trainer's mixed precision (bf16 autocast on the CPU) and activation checkpointing, as docs/ecosystem.md
+    shows them."""
+    model = BlockBertForQuestionAnswering(tiny_config())
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=4,
+        max_steps=1,
+        learning_rate=1e-3,
+        bf16=True,
+        activation_checkpointing=True,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+    )
+    trainer = Trainer(model=model, args=args, train_dataset=_examples(BlockBertForQuestionAnswering))
+    calls = []
+    attention = model.roberta.encoder.layer[0].attention.self
+    attention.register_forward_hook(lambda module, inputs, output: calls.append(output[0].dtype))
+    trainer.train()
+    assert model.is_activation_checkpointing
+    assert calls == [torch.bfloat16] * 2  # in bf16 autocast, and run again in the backward pass
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert len(losses) == 1 and torch.isfinite(torch.tensor(losses)).all()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Loading: device_map, bf16 weights
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "device_map",
+    ["cpu", "auto", {"roberta.embeddings": "cpu", "roberta.encoder": "cpu", "qa_outputs": "cpu"}],
+    ids=["cpu", "auto", "per-module"],
+)
+def test_a_saved_model_loads_with_a_device_map_and_computes_the_same(device_map, tmp_path):
+    """`from_pretrained(..., device_map=...)` (accelerate's placement; "auto" is the CPU on a machine without an
+    accelerator) gives the saved model's outputs; with `dtype=torch.bfloat16` too, within bf16's precision."""
+    model = BlockBertForQuestionAnswering(tiny_config()).eval()
+    model.save_pretrained(tmp_path / "model")
+    input_ids, attention_mask = random_batch([SEQ_LEN, 25], SEQ_LEN)
+    with torch.no_grad():
+        expected = model(input_ids, attention_mask=attention_mask).start_logits
+
+    placed = BlockBertForQuestionAnswering.from_pretrained(tmp_path / "model", device_map=device_map).eval()
+    assert {parameter.device.type for parameter in placed.parameters()} == {"cpu"}
+    with torch.no_grad():
+        torch.testing.assert_close(placed(input_ids, attention_mask=attention_mask).start_logits, expected)
+
+    in_bf16 = BlockBertForQuestionAnswering.from_pretrained(
+        tmp_path / "model", device_map=device_map, dtype=torch.bfloat16
+    ).eval()
+    assert {parameter.dtype for parameter in in_bf16.parameters()} == {torch.bfloat16}
+    with torch.no_grad():
+        logits = in_bf16(input_ids, attention_mask=attention_mask).start_logits
+    assert logits.dtype == torch.bfloat16
+    torch.testing.assert_close(logits.float(), expected, atol=0.05, rtol=0.05)
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Pipelines
 # ---------------------------------------------------------------------------------------------------------------------
@@ -180,3 +242,13 @@ def test_peft_lora_on_the_attention_projections(tmp_path):
     with torch.no_grad():
         merged_logits = merged(input_ids, attention_mask=attention_mask).logits
     torch.testing.assert_close(merged_logits, adapted, rtol=0, atol=1e-5)
+
+
+def test_peft_lora_for_question_answering_trains_the_adapters_and_the_qa_head():
+    """With PEFT's task type, the new QA head is trained in full beside the attention adapters (docs/ecosystem.md)."""
+    lora = peft.LoraConfig(task_type="QUESTION_ANS", r=4, lora_alpha=8, target_modules=["query", "key", "value"])
+    model = peft.get_peft_model(BlockBertForQuestionAnswering(tiny_config()), lora)
+    trainable = {name for name, parameter in model.named_parameters() if parameter.requires_grad}
+    head = {name for name in trainable if ".lora_" not in name}
+    assert len(trainable - head) == 2 * 3 * 2  # lora_A and lora_B of 3 projections in each of the 2 layers
+    assert head and all(".qa_outputs.modules_to_save." in name for name in head)
