@@ -8,66 +8,62 @@ computing padding, PyTorch padding-free (the default), ONNX Runtime fp32 and ONN
 Every question of the chosen articles is answered twice, over its own paragraph and over its whole article
 (paragraphs joined by blank lines, read in windows of the model's N), with the pipeline's window layout and answer
 ranking from the model's config and `--batch_size` windows per forward. The ONNX folder is exported from the model
-first (`examples/export_onnx.py --quantize`, verified against the eager model) unless `--onnx_folder` holds one. The
-PyTorch runs take turns question by question, each question starting with the other run, so that drifts in machine
-speed and the cost of running first hit them alike; then the two ONNX Runtime runs do the same (a PyTorch call right
-after an ONNX Runtime one is slowed by ONNX Runtime's spinning threads).
+first (`examples/export_onnx.py --quantize`, verified against the eager model) unless `--onnx_folder` holds one made
+with today's int8 recipe (`blockbert_hf.onnx_quantization.Int8Recipe`, as recorded in its `quantization.json`); a
+folder quantized otherwise is refused. The PyTorch runs take turns question by question, each question starting with
+the other run, so that drifts in machine speed and the cost of running first hit them alike; then the two ONNX Runtime
+runs do the same (a PyTorch call right after an ONNX Runtime one is slowed by ONNX Runtime's spinning threads). ONNX
+Runtime runs with its default session options and as many threads as PyTorch.
+
+int8 speed depends on the CPU: the results name it and whether it has VNNI (int8 dot products). Times are only
+meaningful on an otherwise idle machine; EM/F1 and answer agreement do not depend on the load.
 """
 
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
+import onnxruntime
 import torch
 from tqdm.auto import tqdm
 from transformers import AutoTokenizer
 
-from blockbert_benchmarks.measuring.machine import machine_description, recorded_command
+from blockbert_benchmarks.measuring.machine import machine_description, recorded_command, recorded_path
+from blockbert_benchmarks.qa_pipeline import (  # noqa: F401 (read_questions: the questions this script reads)
+    CONTEXTS,
+    answer,
+    onnx_pipeline,
+    read_questions,
+    same_answers,
+    squad_scores,
+)
 from blockbert_benchmarks.reporting import print_and_write
 from blockbert_hf import BlockBertForQuestionAnswering
-from blockbert_hf.export import (
-    INT8_ONNX_FILE,
-    ONNX_FILE,
-    QUANTIZATION_REPORT,
-    OnnxBlockBertForQuestionAnswering,
-    export_onnx_folder,
-)
+from blockbert_hf.export import INT8_ONNX_FILE, ONNX_FILE, QUANTIZATION_REPORT, export_onnx_folder
+from blockbert_hf.onnx_quantization import Int8Recipe, cpu_flags, cpu_has_vnni
 from blockbert_hf.pipeline_question_answering import ExtractiveQuestionAnsweringPipeline
-from blockbert_hf.qa import load_squad_metric, read_squad_json
 
 
 RUNS = ("PyTorch, padded", "PyTorch, padding-free", "ONNX Runtime fp32", "ONNX Runtime int8")
-MAX_ANSWER_TOKENS = 30  # run_qa's default
 
 
-def read_questions(squad_file: str, titles: list[str] | None, max_questions: int | None) -> list[dict]:
-    """The questions of the chosen articles (all when `titles` is None), each with its paragraph and its article."""
-    rows = read_squad_json(squad_file)
-    available = list(dict.fromkeys(rows["title"]))
-    titles = titles or available
-    unknown = [title for title in titles if title not in available]
-    if unknown:
-        raise ValueError(f"{squad_file} has no article titled {', '.join(map(repr, unknown))}; it has: {available}.")
-    questions = []
-    for title in titles:
-        article = rows.filter(lambda row, title=title: row["title"] == title)
-        document = "\n\n".join(dict.fromkeys(article["context"]))
-        questions += [{**row, "document": document} for row in article]
-    return questions[:max_questions] if max_questions else questions
+def session_options() -> onnxruntime.SessionOptions:
+    """ONNX Runtime's defaults (every graph optimisation) with as many intra-op threads as PyTorch uses."""
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = torch.get_num_threads()
+    return options
 
 
 def build_pipelines(model_folder: Path, onnx_folder: Path) -> dict:
     """The four pipelines of `RUNS`, one tokenizer each (the pipeline sets its padding side)."""
-    tokenizer = lambda: AutoTokenizer.from_pretrained(model_folder)  # noqa: E731
     pipelines = {}
     for name, padding_free in ((RUNS[0], False), (RUNS[1], True)):
         model = BlockBertForQuestionAnswering.from_pretrained(model_folder, padding_free=padding_free).eval()
-        pipelines[name] = ExtractiveQuestionAnsweringPipeline(model=model, tokenizer=tokenizer(), device=-1)
+        tokenizer = AutoTokenizer.from_pretrained(model_folder)
+        pipelines[name] = ExtractiveQuestionAnsweringPipeline(model=model, tokenizer=tokenizer, device=-1)
     for name, file_name in ((RUNS[2], ONNX_FILE), (RUNS[3], INT8_ONNX_FILE)):
-        model = OnnxBlockBertForQuestionAnswering.from_pretrained(onnx_folder, file_name=file_name)
-        pipelines[name] = ExtractiveQuestionAnsweringPipeline(model=model, tokenizer=tokenizer(), device=-1)
+        pipelines[name] = onnx_pipeline(onnx_folder, file_name, session_options=session_options())
     return pipelines
 
 
@@ -77,31 +73,17 @@ def answer_all(pipelines: dict, questions: list[dict], context_field: str, batch
     answers = {name: [] for name in pipelines}
     seconds = dict.fromkeys(pipelines, 0.0)
     names = list(pipelines)
-    for index, row in enumerate(tqdm(questions, desc=f"over the {context_field}", unit="question")):
+    for index, row in enumerate(tqdm(questions, desc=f"over the {CONTEXTS[context_field]}", unit="question")):
         first = index % len(names)
         for name in names[first:] + names[:first]:
-            qa = pipelines[name]
-            start = time.perf_counter()
-            answer = qa(
-                question=row["question"],
-                context=row[context_field],
-                max_answer_len=MAX_ANSWER_TOKENS,
-                batch_size=batch_size,
-            )
-            seconds[name] += time.perf_counter() - start
-            answers[name].append(answer["answer"])
-    metric, _ = load_squad_metric(version_2=False)
-    references = [{"id": row["id"], "answers": row["answers"]} for row in questions]
+            text, elapsed = answer(pipelines[name], row, context_field, batch_size)
+            answers[name].append(text)
+            seconds[name] += elapsed
     results = {}
     for name in pipelines:
-        predictions = [{"id": row["id"], "prediction_text": text} for row, text in zip(questions, answers[name])]
-        scores = metric.compute(predictions=predictions, references=references)
-        results[name] = {
-            "exact_match": round(scores["exact_match"], 2),
-            "f1": round(scores["f1"], 2),
-            "seconds_per_question": round(seconds[name] / len(questions), 4),
-            "answers": answers[name],
-        }
+        per_question = round(seconds[name] / len(questions), 4)
+        results[name] = {**squad_scores(questions, answers[name]), "seconds_per_question": per_question}
+        results[name]["answers"] = answers[name]
     return results
 
 
@@ -113,20 +95,51 @@ def answer_by_runtime(pipelines: dict, questions: list[dict], context_field: str
         answers.update(answer_all({name: pipelines[name] for name in runtime}, questions, context_field, batch_size))
     reference = answers[RUNS[0]]["answers"]
     for row in answers.values():
-        row["same_answers_as_padded"] = sum(a == b for a, b in zip(row.pop("answers"), reference))
+        row["same_answers_as_padded"] = same_answers(row.pop("answers"), reference)
     return answers
+
+
+def int8_description(recipe: dict) -> str:
+    """What an `Int8Recipe.to_dict()` quantizes, in words."""
+    if recipe["activations"] == "per_block":
+        activations = f"activations quantized per token and block of {recipe['block_size']} channels (MatMulNBits)"
+    else:
+        weights = "per channel" if recipe["per_channel"] else "per tensor"
+        bits = " in 7 bits (reduce_range)" if recipe["reduce_range"] else ""
+        activations = f"activations quantized per tensor, weights {weights}{bits} (quantize_dynamic)"
+    embeddings = [] if recipe["quantize_embeddings"] else ["embeddings"]
+    kept = ", ".join([*embeddings, "attention products", *recipe["fp32_modules"]])
+    return f"int8 weight products, {activations}; in fp32: {kept}"
+
+
+def check_int8_recipe(onnx_folder: Path) -> dict:
+    """The folder's `quantization.json`, after checking that its int8 model was made with today's recipe for this
+    CPU: one made otherwise (an earlier release's, or for a CPU without VNNI) would be measured under a wrong name."""
+    report_file = onnx_folder / QUANTIZATION_REPORT
+    report = json.loads(report_file.read_text(encoding="utf-8")) if report_file.is_file() else {}
+    expected = Int8Recipe().resolved().to_dict()
+    if report.get("recipe") != expected:
+        raise ValueError(
+            f"{onnx_folder / INT8_ONNX_FILE} was not quantized with today's recipe for this CPU ({expected}; its "
+            f"{QUANTIZATION_REPORT} records {report.get('recipe')}). Export again: python examples/export_onnx.py "
+            f"MODEL_FOLDER {onnx_folder} --quantize --overwrite, or leave --onnx_folder out."
+        )
+    return report
 
 
 def render_markdown(results: dict) -> str:
     lines = [
         "# The question-answering pipeline on PyTorch and ONNX Runtime (measured by `benchmarks/qa_pipeline_speed.py`)",
         "",
-        f"Machine: {results['machine']}, {results['threads']} threads. Command: `{results['command']}`.",
+        f"Machine: {results['machine']}, {results['threads']} threads; the CPU "
+        f"{'has' if results['cpu_has_vnni'] else 'has no'} VNNI (int8 dot products: int8 speed depends on them). "
+        f"Command: `{results['command']}`.",
         "",
         f"Model: `{results['model']}` (N = {results['max_seq_length']}, {results['attention']}); "
         f"{results['questions']} questions of {', '.join(results['titles'])}; {results['batch_size']} windows per "
-        "forward. The int8 model's max difference from the eager model on the export's verification inputs: "
-        f"{results['int8_max_difference']:.3g}.",
+        f"forward. int8: {results['int8']['description']}; max difference from the eager model on the export's "
+        f"verification inputs {results['int8']['max_difference']:.3g}, the same answers as the eager model to "
+        f"{results['int8']['verification_answers']} of the export's verification questions.",
     ]
     for context_field, title in (("paragraph", "its own paragraph"), ("document", "the whole article")):
         section = results[context_field]
@@ -166,24 +179,34 @@ def main(argv=None):
         questions = read_questions(args.squad_file, args.title, args.max_questions)
         if not (onnx_folder / INT8_ONNX_FILE).is_file():
             export_onnx_folder(model_folder, onnx_folder, quantize=True)
+        int8_report = check_int8_recipe(onnx_folder)
     except (OSError, ValueError) as error:
         parser.exit(1, f"error: {error}\n")
     pipelines = build_pipelines(model_folder, onnx_folder)
     config = pipelines[RUNS[1]].model.config
-    int8_report = json.loads((onnx_folder / QUANTIZATION_REPORT).read_text(encoding="utf-8"))
+    agreement = int8_report["answer_agreement"]
+    recipe = int8_report["recipe"]
     results = {
         "machine": machine_description(),
+        "cpu_has_vnni": cpu_has_vnni(),
+        "cpu_int8_flags": sorted(flag for flag in cpu_flags() or () if "vnni" in flag or "amx" in flag),
         "threads": torch.get_num_threads(),
+        "onnxruntime": onnxruntime.__version__,
         "command": recorded_command(
             ["python", "benchmarks/qa_pipeline_speed.py", *(sys.argv[1:] if argv is None else argv)]
         ),
-        "model": args.model_folder,
+        "model": recorded_path(args.model_folder),
         "max_seq_length": config.max_sequence_length,
         "attention": f"{config.attention_pattern}, n = {config.num_blocks}, heads {config.heads_per_shift}",
         "titles": list(dict.fromkeys(row["title"] for row in questions)),
         "questions": len(questions),
         "batch_size": args.batch_size,
-        "int8_max_difference": max(int8_report["max_difference_per_length"].values()),
+        "int8": {
+            "recipe": recipe,
+            "description": int8_description(recipe),
+            "max_difference": max(int8_report["max_difference_per_length"].values()),
+            "verification_answers": f"{agreement['same_answers']}/{agreement['pairs']}",
+        },
         "paragraph": answer_by_runtime(pipelines, questions, "context", args.batch_size),
         "document": answer_by_runtime(pipelines, questions, "document", args.batch_size),
     }

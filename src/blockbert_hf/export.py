@@ -8,12 +8,17 @@ on the host: `check_inputs` before every call (`OnnxBlockBert` does it for you).
 runs an exported question-answering folder in the question-answering pipeline; `quantize_int8` makes its int8
 variant.
 
+`Int8Recipe` and `blockbert_hf.onnx_quantization` say what the int8 variant keeps in fp32 and why.
+
 ONNX needs the `export` extra (`pip install blockbert-hf[export]`: onnx, onnxscript, onnxruntime).
 """
 
 import contextlib
 import json
+import logging
 import math
+import shutil
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,9 +31,19 @@ from transformers.modeling_outputs import QuestionAnsweringModelOutput
 
 from . import modeling_blockbert
 from .configuration_blockbert import BlockBertConfig
+from .onnx_quantization import (
+    ACTIVATION_SCALES,
+    Int8Recipe,
+    check_onnxruntime_version,
+    cpu_has_vnni,
+    quantize_graph,
+)
 from .pipeline_question_answering import model_window_layout, tokenize_windows
 from .saving import atomic_directory, open_text
 from .tokenization import TOKENIZER_FILES, missing_tokenizer_files
+
+
+logger = logging.getLogger(__name__)
 
 
 INPUT_NAMES = ("input_ids", "attention_mask")
@@ -40,6 +55,19 @@ QUANTIZATION_REPORT = "quantization.json"
 # Files that hold a tokenizer's vocabulary, any one group of which makes a folder's tokenizer loadable.
 # The question `export_onnx_folder` asks of the verification text, as the question-answering pipeline would.
 VERIFICATION_QUESTION = "What does BlockBERT reduce?"
+# Questions about `VERIFICATION_TEXT` the int8 model answers through the pipeline, over the text and over the text
+# repeated to fill several windows: its answers are compared with the eager model's (`answer_agreement`).
+VERIFICATION_QUESTIONS = (
+    VERIFICATION_QUESTION,
+    "What does BlockBERT introduce into the attention matrix?",
+    "Which model does BlockBERT extend?",
+    "What can attention heads capture?",
+    "What kind of datasets were the experiments conducted on?",
+    "What does BlockBERT use less of than RoBERTa?",
+    "What rose through the night?",
+    "What stood alone in a wide brown lake?",
+    "What was still burning above the water?",
+)
 # The text `export_onnx_folder` verifies on when no other is given: real prose, repeated to fill every block.
 VERIFICATION_TEXT = (
     "BlockBERT is a lightweight and efficient BERT model that is designed to better model long-distance dependencies. "
@@ -64,15 +92,38 @@ class OnnxExportArguments:
     quantize: bool = field(
         default=False,
         metadata={
-            "help": f"also write {INT8_ONNX_FILE}: ONNX Runtime's dynamic int8 quantization of the weights of the "
-            f"matrix products, with its difference from the eager model per length in {QUANTIZATION_REPORT} (not "
+            "help": f"also write {INT8_ONNX_FILE}: int8 weights for the matrix products with a weight (attention's "
+            "other products, the embeddings and the task head stay in fp32), activations quantized at run time "
+            f"(--int8_activations), with in {QUANTIZATION_REPORT} its difference from the eager model per length and "
+            "how many of its answers to built-in questions equal the eager model's (a warning when some do not; not "
             "bound by --tolerance: measure its accuracy on your task)"
+        },
+    )
+    int8_activations: str = field(
+        default="per_block",
+        metadata={
+            "help": "with --quantize: one activation scale per token and block of 128 channels (per_block: ONNX "
+            "Runtime's MatMulNBits, keeps the answers) or per tensor (per_tensor: quantize_dynamic, faster, changes "
+            "more answers); blockbert_hf.onnx_quantization says why",
+            "choices": list(ACTIVATION_SCALES),
+        },
+    )
+    reduce_range: bool | None = field(
+        default=None,
+        metadata={
+            "help": "with --int8_activations per_tensor: true for weights in 7 bits rather than 8, false for 8 "
+            "(default: 7 only where this CPU has no VNNI, as ONNX Runtime advises; the file is best run on CPUs like "
+            "the one that made it)"
         },
     )
     overwrite: bool = field(default=False, metadata={"help": "replace a non-empty output folder"})
 
     def __post_init__(self):
         check_tolerance(self.tolerance)
+        self.int8_recipe()  # refuses a bad combination before any work
+
+    def int8_recipe(self) -> Int8Recipe:
+        return Int8Recipe(activations=self.int8_activations, reduce_range=self.reduce_range)
 
 
 def check_tolerance(tolerance: float) -> None:
@@ -330,24 +381,103 @@ def _export_onnx(model: torch.nn.Module, path: str | Path) -> list[str]:
     return wrapper.output_names
 
 
+CPU_PROVIDER = "CPUExecutionProvider"
+
+
+def onnx_file_in(folder: Path, file_name: str | None) -> Path:
+    """The ONNX file to load from `folder`: `file_name`, else `model.onnx`, else the folder's only `.onnx` file."""
+    if file_name is None:
+        found = sorted(path.name for path in folder.glob("*.onnx")) if folder.is_dir() else []
+        if ONNX_FILE in found or len(found) != 1:
+            if len(found) > 1 and ONNX_FILE not in found:
+                raise ValueError(f"{folder} holds several ONNX files ({', '.join(found)}): pick one with file_name=.")
+            file_name = ONNX_FILE
+        else:
+            file_name = found[0]
+    if not (folder / file_name).is_file():
+        raise ValueError(
+            f"{folder} has no {file_name}: give a folder written by examples/export_onnx.py (with --quantize for "
+            f"{INT8_ONNX_FILE}) or by save_pretrained."
+        )
+    return folder / file_name
+
+
 class OnnxBlockBert:
     """Runs an exported BlockBERT with ONNX Runtime after checking its inputs on the host (`check_inputs`):
-    `OnnxBlockBert(folder)(input_ids, attention_mask, token_type_ids)` -> `{output name: numpy array}`.
-    `token_type_ids` is required when the model has more than one token type (pass the tokenizer's)."""
+    `OnnxBlockBert.from_pretrained(folder)(input_ids, attention_mask, token_type_ids)` -> `{output name: numpy array}`.
+    `token_type_ids` is required when the model has more than one token type (pass the tokenizer's).
 
-    def __init__(self, folder: str | Path, config: BlockBertConfig | None = None, file_name: str = ONNX_FILE):
+    Loading takes optimum's `ORTModel` arguments, with the same names and meanings: `file_name` (default `model.onnx`,
+    or the folder's only ONNX file), `provider` (default `"CPUExecutionProvider"`), `provider_options` and
+    `session_options` (an `onnxruntime.SessionOptions`; default ONNX Runtime's: every graph optimisation, one thread
+    per physical core). `save_pretrained(folder)` writes the ONNX file and the config, to load back the same way.
+
+    `provider="CUDAExecutionProvider"` (with the `onnxruntime-gpu` package) is accepted but untested here: the project
+    has no GPU to test it on. Inputs and outputs are host arrays either way, and int8 files run their quantized
+    products on the CPU (CUDA has no kernel for them)."""
+
+    def __init__(
+        self,
+        folder: str | Path,
+        config: BlockBertConfig | None = None,
+        file_name: str | None = None,
+        *,
+        provider: str = CPU_PROVIDER,
+        session_options=None,
+        provider_options: dict | None = None,
+    ):
         import onnxruntime
 
         folder = Path(folder)
-        if not (folder / file_name).is_file():
-            raise ValueError(
-                f"{folder} has no {file_name}: give a folder written by examples/export_onnx.py (with --quantize for "
-                f"{INT8_ONNX_FILE})."
-            )
+        self.path = onnx_file_in(folder, file_name)
+        available = onnxruntime.get_available_providers()
+        if provider not in available:
+            hint = " (install onnxruntime-gpu instead of onnxruntime)" if provider == "CUDAExecutionProvider" else ""
+            raise ValueError(f"ONNX Runtime here has no {provider}{hint}; it has: {', '.join(available)}.")
         self.config = config or AutoConfig.from_pretrained(folder)
-        self.session = onnxruntime.InferenceSession(str(folder / file_name), providers=["CPUExecutionProvider"])
+        # As in optimum: the CPU behind another provider, for the operators that provider lacks.
+        providers = [provider] if provider == CPU_PROVIDER else [provider, CPU_PROVIDER]
+        options = [provider_options or {}] + [{}] * (len(providers) - 1)
+        self.session = onnxruntime.InferenceSession(
+            str(self.path), sess_options=session_options, providers=providers, provider_options=options
+        )
+        if self.session.get_providers()[0] != provider:  # ONNX Runtime falls back to the CPU without a word
+            raise ValueError(
+                f"ONNX Runtime could not start {provider} (it runs on {self.session.get_providers()}): check the "
+                "provider's libraries (for CUDA: the CUDA and cuDNN versions onnxruntime-gpu was built for)."
+            )
+        self.provider = provider
         self.input_names = [graph_input.name for graph_input in self.session.get_inputs()]
         self.output_names = [output.name for output in self.session.get_outputs()]
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        folder: str | Path,
+        *,
+        file_name: str | None = None,
+        provider: str = CPU_PROVIDER,
+        session_options=None,
+        provider_options: dict | None = None,
+        config: BlockBertConfig | None = None,
+    ) -> "OnnxBlockBert":
+        """The model in `folder` (written by `examples/export_onnx.py` or `save_pretrained`) on ONNX Runtime."""
+        return cls(
+            folder,
+            config,
+            file_name,
+            provider=provider,
+            session_options=session_options,
+            provider_options=provider_options,
+        )
+
+    def save_pretrained(self, folder: str | Path) -> None:
+        """Writes the ONNX file (under its name) and the config into `folder` (created if needed; its other files are
+        kept), to load back with `from_pretrained(folder)`. Save the tokenizer beside it as with transformers
+        (`tokenizer.save_pretrained(folder)`)."""
+        with atomic_directory(folder, update=True) as out:
+            shutil.copyfile(self.path, out / self.path.name)
+            self.config.save_pretrained(out)
 
     def __call__(self, input_ids, attention_mask=None, token_type_ids=None) -> dict[str, np.ndarray]:
         check_inputs(self.config, input_ids, attention_mask, token_type_ids)
@@ -367,7 +497,7 @@ class OnnxBlockBert:
 
 
 class OnnxBlockBertForQuestionAnswering:
-    """An exported question-answering folder as a model the question-answering pipeline runs on ONNX Runtime (CPU):
+    """An exported question-answering folder as a model the question-answering pipeline runs on ONNX Runtime:
 
         model = OnnxBlockBertForQuestionAnswering.from_pretrained("OUT")  # or file_name="model_int8.onnx"
         qa = ExtractiveQuestionAnsweringPipeline(model=model, tokenizer=AutoTokenizer.from_pretrained("OUT"))
@@ -375,7 +505,12 @@ class OnnxBlockBertForQuestionAnswering:
     The pipeline then cuts contexts into the same windows (layout, block size) and ranks answers by the same rule as
     with the PyTorch model, both read from the saved config. Called like the PyTorch model (ids as tensors, numpy
     arrays or lists), it returns its `QuestionAnsweringModelOutput` (start and end logits) after `OnnxBlockBert`'s
-    host checks; what the exported program has no input for (`inputs_embeds`, `position_ids`, ...) is refused."""
+    host checks; what the exported program has no input for (`inputs_embeds`, `position_ids`, ...) is refused.
+
+    `from_pretrained` and `save_pretrained` take optimum's `ORTModelForQuestionAnswering` arguments with the same
+    names and meanings (`file_name`, `provider`, `session_options`, `provider_options`; see `OnnxBlockBert`, which
+    also says what is untested: the CUDA provider). Inputs and outputs stay on the host (`device` is the CPU)
+    whichever provider computes."""
 
     device = torch.device("cpu")
     dtype = torch.float32
@@ -390,8 +525,28 @@ class OnnxBlockBertForQuestionAnswering:
         self.config = runner.config
 
     @classmethod
-    def from_pretrained(cls, folder: str | Path, file_name: str = ONNX_FILE) -> "OnnxBlockBertForQuestionAnswering":
-        return cls(OnnxBlockBert(folder, file_name=file_name))
+    def from_pretrained(
+        cls,
+        folder: str | Path,
+        *,
+        file_name: str | None = None,
+        provider: str = CPU_PROVIDER,
+        session_options=None,
+        provider_options: dict | None = None,
+    ) -> "OnnxBlockBertForQuestionAnswering":
+        """The question-answering model in `folder` (written by `examples/export_onnx.py` or `save_pretrained`)."""
+        runner = OnnxBlockBert.from_pretrained(
+            folder,
+            file_name=file_name,
+            provider=provider,
+            session_options=session_options,
+            provider_options=provider_options,
+        )
+        return cls(runner)
+
+    def save_pretrained(self, folder: str | Path) -> None:
+        """`OnnxBlockBert.save_pretrained`: the ONNX file and the config; save the tokenizer beside them."""
+        self.runner.save_pretrained(folder)
 
     def __call__(
         self, input_ids=None, attention_mask=None, token_type_ids=None, return_dict=None, **other_inputs
@@ -413,9 +568,13 @@ class OnnxBlockBertForQuestionAnswering:
         return output.to_tuple() if return_dict is False else output
 
     def to(self, device):
-        """ONNX Runtime runs this model on the CPU: other devices are refused."""
+        """Inputs and outputs stay on the host: other devices are refused (ONNX Runtime's `provider` chooses where the
+        model computes)."""
         if torch.device(device).type != "cpu":
-            raise ValueError(f"OnnxBlockBertForQuestionAnswering runs on the CPU (ONNX Runtime), not on {device}.")
+            raise ValueError(
+                f"OnnxBlockBertForQuestionAnswering runs on the CPU (ONNX Runtime), not on {device}: its inputs and "
+                "outputs stay on the host; to compute on a GPU load it with provider='CUDAExecutionProvider'."
+            )
         return self
 
     def eval(self):
@@ -432,32 +591,30 @@ def _host_array(value) -> np.ndarray | None:
     return None if value is None else np.asarray(value)
 
 
-def quantize_int8(folder: str | Path) -> Path:
-    """Writes `folder/model_int8.onnx`: ONNX Runtime's dynamic quantization of `folder/model.onnx` (int8 weights for
-    the matrix products, activations quantized at run time), the usual way to speed up encoders on CPU. The quantizer
-    does not look inside an `If`, so a model joined by length is quantized graph by graph and joined again."""
-    import tempfile
-
+def quantize_int8(folder: str | Path, recipe: Int8Recipe | None = None, file_name: str = INT8_ONNX_FILE) -> Int8Recipe:
+    """Writes `folder/model_int8.onnx` (or `file_name`): the int8 quantization of `folder/model.onnx` as `recipe` says
+    (default `Int8Recipe()`: int8 weights for the matrix products with a weight, activations quantized at run time
+    per token and block of channels, the task head and the embeddings in fp32; `blockbert_hf.onnx_quantization`). The
+    quantizers do not look inside an `If`, so a model joined by length is quantized graph by graph and joined again.
+    Returns the recipe applied (`reduce_range` decided for this CPU)."""
     import onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic
 
     from .onnx_length_switch import split_by_length, switch_by_length
 
     folder = Path(folder)
     graphs = split_by_length(onnx.load(folder / ONNX_FILE))
     if graphs is None:
-        quantize_dynamic(folder / ONNX_FILE, folder / INT8_ONNX_FILE, weight_type=QuantType.QInt8)
-        return folder / INT8_ONNX_FILE
+        return quantize_graph(folder / ONNX_FILE, folder / file_name, recipe)
     short, long, short_max_length = graphs
     with tempfile.TemporaryDirectory(dir=folder) as scratch:
         quantized = []
         for name, graph in (("short", short), ("long", long)):
             source, target = Path(scratch, f"{name}.onnx"), Path(scratch, f"{name}_int8.onnx")
             onnx.save(graph, source)
-            quantize_dynamic(source, target, weight_type=QuantType.QInt8)
+            applied = quantize_graph(source, target, recipe)
             quantized.append(onnx.load(target))
-        onnx.save(switch_by_length(*quantized, short_max_length), folder / INT8_ONNX_FILE)
-    return folder / INT8_ONNX_FILE
+        onnx.save(switch_by_length(*quantized, short_max_length), folder / file_name)
+    return applied
 
 
 def verification_lengths(config: BlockBertConfig) -> list[int]:
@@ -555,6 +712,70 @@ def check_model_folder(model_folder: Path) -> BlockBertConfig:
     return config
 
 
+def verification_pairs(config: BlockBertConfig, tokenizer) -> list[tuple[str, str]]:
+    """`VERIFICATION_QUESTIONS` over `VERIFICATION_TEXT`, and over the text repeated to fill about two and a half
+    times N tokens (several windows, every block holding text): the question/context pairs the int8 model's answers
+    are checked on."""
+    text_tokens = len(tokenizer(VERIFICATION_TEXT, add_special_tokens=False)["input_ids"])
+    long_context = " ".join([VERIFICATION_TEXT] * max(2, math.ceil(2.5 * config.max_sequence_length / text_tokens)))
+    return [(question, context) for context in (VERIFICATION_TEXT, long_context) for question in VERIFICATION_QUESTIONS]
+
+
+def answer_agreement(reference_model, model, tokenizer, pairs: list[tuple[str, str]]) -> dict:
+    """The answers of `model` and `reference_model` (question-answering models, PyTorch or ONNX Runtime) to `pairs`
+    of (question, context) through the question-answering pipeline: how many are the same text, and the ones that
+    are not."""
+    from .pipeline_question_answering import ExtractiveQuestionAnsweringPipeline
+
+    questions, contexts = [question for question, _ in pairs], [context for _, context in pairs]
+    # The pipeline's default overlap (up to N / 2) leaves short models no room for the questions; any is fair here.
+    doc_stride = min(128, reference_model.config.max_sequence_length // 8)
+    answers = []
+    for qa_model in (reference_model, model):
+        qa = ExtractiveQuestionAnsweringPipeline(model=qa_model, tokenizer=tokenizer)
+        outputs = qa(question=questions, context=contexts, batch_size=8, doc_stride=doc_stride)
+        answers.append([output["answer"] for output in (outputs if isinstance(outputs, list) else [outputs])])
+    changed = [
+        {"question": question, "context_characters": len(context), "fp32": expected, "int8": actual}
+        for (question, context), expected, actual in zip(pairs, *answers)
+        if expected != actual
+    ]
+    return {"pairs": len(pairs), "same_answers": len(pairs) - len(changed), "changed": changed}
+
+
+def int8_report(model, folder: Path, tokenizer, batches: dict, recipe: Int8Recipe, pairs=None) -> dict:
+    """What `quantization.json` records of the int8 model in `folder`: its recipe, the CPU's VNNI, its max difference
+    from the eager `model` per length, and, for a question-answering model, its answers to real question/context
+    pairs (`pairs`, default `verification_pairs`) against the eager model's. Changed answers are logged as a warning
+    and named in the report's `warning`."""
+    runner = OnnxBlockBert(folder, model.config, INT8_ONNX_FILE)
+    report = {
+        "file": INT8_ONNX_FILE,
+        "recipe": recipe.to_dict(),
+        "cpu_has_vnni": cpu_has_vnni(),
+        "max_difference_per_length": max_difference(model, runner, batches),
+        "answer_agreement": None,
+        "warning": None,
+    }
+    if "start_logits" in runner.output_names:
+        pairs = pairs or verification_pairs(model.config, tokenizer)
+        try:
+            agreement = answer_agreement(model, OnnxBlockBertForQuestionAnswering(runner), tokenizer, pairs)
+        except ValueError as error:  # questions too long for the model's windows: what remains is the difference
+            report["warning"] = f"The int8 model's answers were not compared: {error}"
+            logger.warning(report["warning"])
+            return report
+        report["answer_agreement"] = agreement
+        if agreement["changed"]:
+            report["warning"] = (
+                f"{INT8_ONNX_FILE} changes {len(agreement['changed'])} of {agreement['pairs']} answers of the fp32 "
+                f"model on the verification questions (listed in {QUANTIZATION_REPORT}): measure its accuracy on your "
+                "task before using it, or use model.onnx."
+            )
+            logger.warning(report["warning"])
+    return report
+
+
 def export_onnx_folder(
     model_folder: str | Path,
     output_folder: str | Path,
@@ -562,13 +783,17 @@ def export_onnx_folder(
     tolerance: float = 1e-4,
     overwrite: bool = False,
     quantize: bool = False,
+    recipe: Int8Recipe | None = None,
+    verification_questions: list[tuple[str, str]] | None = None,
 ) -> dict[int, float]:
     """Exports the model in `model_folder` to `output_folder/model.onnx` (with its config and tokenizer), after
     checking that ONNX Runtime matches the eager model within `tolerance` on question/context pairs of real text
     (`text`, default `VERIFICATION_TEXT`) at `verification_lengths` (`verification_batches`).
 
-    With `quantize`, also writes `model_int8.onnx` (`quantize_int8`) and its max difference per length, measured the
-    same way, in `quantization.json`.
+    With `quantize`, also writes `model_int8.onnx` (`quantize_int8` with `recipe`) and `quantization.json`
+    (`int8_report`): the recipe, its max difference per length measured the same way, and for a question-answering
+    model how many of its answers to real questions equal the eager model's (`verification_questions`, (question,
+    context) pairs; default `verification_pairs`), with a warning (logged and in the file) when some do not.
 
     Returns the max difference per length. Raises `ValueError` (and writes nothing) when the folder or an argument is
     unusable, before any work, or when the check fails.
@@ -579,6 +804,8 @@ def export_onnx_folder(
         raise ValueError("The verification text is empty: give real text or leave it out to use the built-in one.")
     model_folder, output_folder = Path(model_folder), Path(output_folder)
     config = check_model_folder(model_folder)
+    if quantize:
+        check_onnxruntime_version(recipe or Int8Recipe())
     if output_folder.exists() and any(output_folder.iterdir()) and not overwrite:
         raise ValueError(f"{output_folder} exists and is not empty: choose a new folder or pass --overwrite.")
     try:
@@ -591,7 +818,7 @@ def export_onnx_folder(
     model = model_class.from_pretrained(model_folder, attn_implementation="sdpa").eval()
     with atomic_directory(output_folder) as staging:
         export_onnx(model, staging / ONNX_FILE)
-        runner = OnnxBlockBert(staging, model.config)
+        runner = OnnxBlockBert(staging, model.config, ONNX_FILE)
         differences = max_difference(model, runner, batches)
         worst = max(differences.values())
         if not worst <= tolerance:
@@ -600,9 +827,8 @@ def export_onnx_folder(
                 f"{json.dumps(differences)}. Nothing was written."
             )
         if quantize:
-            quantize_int8(staging)
-            int8_differences = max_difference(model, OnnxBlockBert(staging, model.config, INT8_ONNX_FILE), batches)
-            report = {"file": INT8_ONNX_FILE, "max_difference_per_length": int8_differences}
+            applied = quantize_int8(staging, recipe)
+            report = int8_report(model, staging, tokenizer, batches, applied, verification_questions)
             (staging / QUANTIZATION_REPORT).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
         model.config.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
@@ -617,4 +843,6 @@ def export_onnx_command(model_folder: str, output_folder: str, args: OnnxExportA
             text = file.read()
         if not text.strip():
             raise ValueError(f"--text_file {args.text_file} is empty: give a file of real text, or leave it out.")
-    return export_onnx_folder(model_folder, output_folder, text, args.tolerance, args.overwrite, args.quantize)
+    return export_onnx_folder(
+        model_folder, output_folder, text, args.tolerance, args.overwrite, args.quantize, recipe=args.int8_recipe()
+    )

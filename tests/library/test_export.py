@@ -28,6 +28,7 @@ from blockbert_hf import (
 )
 from blockbert_hf import export as blockbert_export
 from blockbert_hf.export import at_real_tokens
+from blockbert_hf.onnx_quantization import Int8Recipe, cpu_has_vnni
 from blockbert_hf.pipeline_question_answering import ExtractiveQuestionAnsweringPipeline
 from blockbert_hf.tokenization import match_tokenizer_to_config, read_text_lines
 
@@ -333,15 +334,136 @@ def test_export_command_writes_a_verified_onnx_model(exported_qa_model):
     assert {"model.onnx", "config.json", "tokenizer.json"} <= {path.name for path in out.iterdir()}
 
 
-def test_quantize_writes_an_int8_model_with_its_measured_difference(exported_qa_model):
+def test_quantize_writes_an_int8_model_with_its_recipe_difference_and_answer_agreement(exported_qa_model):
+    """quantization.json records the recipe, the CPU's VNNI, the max difference per length, and the int8 model's answers
+    to every verification question (over the text and over the text filling several windows) against the eager
+    model's, with a warning exactly when some differ."""
     status, printed, out = exported_qa_model
     assert status == 0
     report = json.loads((out / blockbert_export.QUANTIZATION_REPORT).read_text())
     assert report["file"] == blockbert_export.INT8_ONNX_FILE
+    assert report["recipe"] == Int8Recipe().resolved().to_dict()
+    assert report["cpu_has_vnni"] == cpu_has_vnni()
     assert set(report["max_difference_per_length"]) == set(json.loads(printed)["per_length"])
     assert all(np.isfinite(value) for value in report["max_difference_per_length"].values())
+    agreement = report["answer_agreement"]
+    assert agreement["pairs"] == 2 * len(blockbert_export.VERIFICATION_QUESTIONS)
+    assert agreement["same_answers"] + len(agreement["changed"]) == agreement["pairs"]
+    assert (report["warning"] is None) == (not agreement["changed"])
     int8, fp32 = out / blockbert_export.INT8_ONNX_FILE, out / blockbert_export.ONNX_FILE
     assert int8.stat().st_size < fp32.stat().st_size
+
+
+def test_the_export_warns_when_int8_changes_answers(saved_qa_model, tmp_path, monkeypatch, caplog):
+    """An int8 model whose answers differ from the eager model's is reported (logged warning, `warning` and the
+    changed answers in quantization.json), not only measured by its logit difference: here its start logits are
+    reversed along the sequence, so that it picks other starts."""
+    original_call = blockbert_export.OnnxBlockBert.__call__
+
+    def call_with_int8_reversed(self, *args, **kwargs):
+        outputs = original_call(self, *args, **kwargs)
+        if self.path.name == blockbert_export.INT8_ONNX_FILE:
+            outputs["start_logits"] = outputs["start_logits"][:, ::-1].copy()
+        return outputs
+
+    monkeypatch.setattr(blockbert_export.OnnxBlockBert, "__call__", call_with_int8_reversed)
+    with caplog.at_level("WARNING", logger="blockbert_hf.export"):
+        blockbert_export.export_onnx_folder(saved_qa_model, tmp_path / "onnx", quantize=True)
+    report = json.loads((tmp_path / "onnx" / blockbert_export.QUANTIZATION_REPORT).read_text())
+    changed = report["answer_agreement"]["changed"]
+    assert changed and report["answer_agreement"]["same_answers"] < report["answer_agreement"]["pairs"]
+    assert {"question", "fp32", "int8"} <= set(changed[0]) and changed[0]["fp32"] != changed[0]["int8"]
+    assert f"changes {len(changed)} of" in report["warning"]
+    assert report["warning"] in caplog.text
+
+
+def int8_graphs(path):
+    """The two graphs of a quantized model joined by length, each with its initializers as arrays."""
+    import onnx
+    from onnx import numpy_helper
+
+    from blockbert_hf.onnx_length_switch import split_by_length
+
+    short, long, _ = split_by_length(onnx.load(path))
+    for model in (short, long):
+        yield model.graph, {value.name: numpy_helper.to_array(value) for value in model.graph.initializer}
+
+
+def assert_head_attention_and_embeddings_in_fp32(graph, initializers):
+    """Attention's products of two activations, the QA head's projection ([hidden, 2]) and the embedding tables stay
+    fp32."""
+    float_products = [node for node in graph.node if node.op_type == "MatMul"]
+    assert all(node.input[1] not in initializers for node in float_products[:-1])  # attention's products
+    head = float_products[-1]  # fed by the last LayerNorm
+    assert initializers[head.input[1]].shape == (32, 2) and initializers[head.input[1]].dtype == np.float32
+    embeddings = [node for node in graph.node if node.op_type == "Gather" and node.input[0] in initializers]
+    assert embeddings and all(initializers[node.input[0]].dtype == np.float32 for node in embeddings)
+
+
+def test_the_int8_recipe_quantizes_weight_products_with_per_block_activations(exported_qa_model):
+    """model_int8.onnx (the default recipe): in both graphs, the encoder's weight products as 8-bit MatMulNBits
+    computing in int8 (activations quantized per token and block at run time); the rest in fp32."""
+    from onnx import helper
+
+    for graph, initializers in int8_graphs(exported_qa_model[2] / blockbert_export.INT8_ONNX_FILE):
+        products = [node for node in graph.node if node.op_type == "MatMulNBits"]
+        assert len(products) == 2 * 6  # 2 layers: query, key, value, attention output, 2 feed-forward
+        for node in products:
+            attributes = {attribute.name: helper.get_attribute_value(attribute) for attribute in node.attribute}
+            assert (attributes["bits"], attributes["accuracy_level"], attributes["block_size"]) == (8, 4, 128)
+        assert not any(node.op_type in ("MatMulInteger", "DynamicQuantizeLinear") for node in graph.node)
+        assert_head_attention_and_embeddings_in_fp32(graph, initializers)
+
+
+def test_the_per_tensor_recipe_quantizes_weights_per_channel(exported_qa_model, tmp_path):
+    """`Int8Recipe(activations="per_tensor")`: ONNX Runtime's dynamic quantization of the weight products, one
+    weight scale per output channel; the same parts kept in fp32."""
+    for file_name in (blockbert_export.ONNX_FILE, "config.json"):
+        shutil.copyfile(exported_qa_model[2] / file_name, tmp_path / file_name)
+    applied = blockbert_export.quantize_int8(tmp_path, Int8Recipe(activations="per_tensor"), file_name="pt.onnx")
+    assert applied.reduce_range is (cpu_has_vnni() is False)
+    for graph, initializers in int8_graphs(tmp_path / "pt.onnx"):
+        integer_products = [node for node in graph.node if node.op_type == "MatMulInteger"]
+        assert len(integer_products) == 2 * 6
+        for node in integer_products:
+            assert initializers[node.input[3]].size > 1  # the weight's zero points: one per output channel
+        assert_head_attention_and_embeddings_in_fp32(graph, initializers)
+
+
+def test_quantization_weight_range_follows_the_cpu(monkeypatch):
+    """Per-tensor activations: 7-bit weights (reduce_range) exactly where the CPU quantizing has no VNNI, unless the
+    recipe says; per-block activations have no such setting (ONNX Runtime picks its kernel on the CPU running it)."""
+    from blockbert_hf import onnx_quantization
+
+    per_tensor = Int8Recipe(activations="per_tensor")
+    monkeypatch.setattr(onnx_quantization.platform, "machine", lambda: "x86_64")
+    for flags, vnni in (({"avx2", "fma"}, False), ({"avx512f", "avx512_vnni"}, True), ({"avx_vnni"}, True)):
+        monkeypatch.setattr(onnx_quantization, "cpu_flags", lambda flags=flags: flags)
+        assert onnx_quantization.cpu_has_vnni() is vnni
+        assert per_tensor.resolved().reduce_range is (not vnni)
+        assert Int8Recipe(activations="per_tensor", reduce_range=False).resolved().reduce_range is False
+        assert Int8Recipe().resolved().reduce_range is None
+    monkeypatch.setattr(onnx_quantization, "cpu_flags", lambda: None)  # no /proc/cpuinfo: unknown, 8 bits
+    assert onnx_quantization.cpu_has_vnni() is None and per_tensor.resolved().reduce_range is False
+    parser = load_script("examples/export_onnx.py").build_parser()
+    for value, expected in (("true", True), ("false", False)):
+        argv = ["model", "out", "--quantize", "--int8_activations", "per_tensor", "--reduce_range", value]
+        (args, _) = parser.parse_args_into_dataclasses(argv)
+        assert args.int8_recipe() == Int8Recipe(activations="per_tensor", reduce_range=expected)
+    (args, _) = parser.parse_args_into_dataclasses(["model", "out", "--quantize"])
+    assert args.int8_recipe() == Int8Recipe()
+    with pytest.raises(ValueError, match="block_size must be a power of 2"):
+        Int8Recipe(block_size=96)
+
+
+def test_quantizing_per_block_refuses_an_onnx_runtime_without_its_kernels(saved_qa_model, tmp_path, monkeypatch):
+    """8-bit MatMulNBits needs ONNX Runtime 1.22: an older one is refused before anything is exported."""
+    import onnxruntime
+
+    monkeypatch.setattr(onnxruntime, "__version__", "1.21.0")
+    with pytest.raises(ValueError, match="needs onnxruntime >= 1.22 .* this is 1.21.0"):
+        blockbert_export.export_onnx_folder(saved_qa_model, tmp_path / "onnx", quantize=True)
+    assert not (tmp_path / "onnx").exists()
 
 
 def test_the_onnx_file_joins_the_programs_by_length_and_stores_the_weights_once(exported_qa_model, saved_qa_model):
@@ -360,7 +482,7 @@ def test_the_onnx_file_joins_the_programs_by_length_and_stores_the_weights_once(
         operators = [{node.op_type for node in graph.graph.node} for graph in (short, long)]
         assert not any("IsNaN" in ops for ops in operators)  # sdpa took an additive mask, not a boolean one
         if file_name == blockbert_export.INT8_ONNX_FILE:
-            assert all("MatMulInteger" in ops for ops in operators)
+            assert all("MatMulNBits" in ops for ops in operators)
     joined = onnx.load(out / blockbert_export.ONNX_FILE)
     (switch,) = [node for node in joined.graph.node if node.op_type == "If"]
     graphs = [joined.graph] + [attribute.g for attribute in switch.attribute]
@@ -422,6 +544,54 @@ def test_the_onnx_question_answering_model_takes_what_the_pytorch_model_takes(ex
             model(input_ids=input_ids, attention_mask=attention_mask, **unsupported)
     with pytest.raises(ValueError, match="no input for inputs_embeds"):
         model(inputs_embeds=embeddings, attention_mask=attention_mask)
+
+
+def test_onnx_models_take_optimums_arguments_and_save_and_load_back(exported_qa_model, tmp_path):
+    """`from_pretrained(folder, provider=..., session_options=..., file_name=...)` and `save_pretrained(folder)`, as
+    optimum's ORTModel names them: a saved model loads back with the same logits, the int8 file under its own name
+    (found without file_name when it is the folder's only ONNX file); the session options given are the session's."""
+    import onnxruntime
+
+    out = exported_qa_model[2]
+    input_ids, attention_mask = random_batch([40, 25], 40)
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 1
+    for file_name in (blockbert_export.ONNX_FILE, blockbert_export.INT8_ONNX_FILE):
+        model = blockbert_export.OnnxBlockBertForQuestionAnswering.from_pretrained(
+            out, file_name=file_name, provider="CPUExecutionProvider", session_options=options
+        )
+        assert model.runner.session.get_session_options().intra_op_num_threads == 1
+        expected = model(input_ids=input_ids, attention_mask=attention_mask)
+        model.save_pretrained(tmp_path / file_name)
+        saved = {path.name for path in (tmp_path / file_name).iterdir()}
+        assert {file_name, "config.json"} <= saved and not any(name.endswith(".onnx") for name in saved - {file_name})
+        loaded = blockbert_export.OnnxBlockBertForQuestionAnswering.from_pretrained(tmp_path / file_name)
+        assert loaded.runner.path.name == file_name
+        assert_span_logits_close(loaded(input_ids=input_ids, attention_mask=attention_mask), expected, attention_mask)
+    runner = blockbert_export.OnnxBlockBert.from_pretrained(tmp_path / blockbert_export.ONNX_FILE)
+    runner.save_pretrained(tmp_path / blockbert_export.ONNX_FILE)  # into the folder it was loaded from
+    assert blockbert_export.OnnxBlockBert.from_pretrained(tmp_path / blockbert_export.ONNX_FILE).output_names == [
+        "start_logits",
+        "end_logits",
+    ]
+
+
+def test_onnx_models_refuse_a_provider_they_cannot_run_and_an_ambiguous_folder(exported_qa_model, tmp_path):
+    import onnxruntime
+
+    out = exported_qa_model[2]
+    if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+        with pytest.raises(ValueError, match="no CUDAExecutionProvider .install onnxruntime-gpu"):
+            blockbert_export.OnnxBlockBertForQuestionAnswering.from_pretrained(out, provider="CUDAExecutionProvider")
+    with pytest.raises(ValueError, match="no NoSuchExecutionProvider; it has: .*CPUExecutionProvider"):
+        blockbert_export.OnnxBlockBert.from_pretrained(out, provider="NoSuchExecutionProvider")
+    for file_name in ("a.onnx", "b.onnx", "config.json"):
+        shutil.copyfile(
+            out / (file_name if file_name == "config.json" else blockbert_export.ONNX_FILE), tmp_path / file_name
+        )
+    with pytest.raises(ValueError, match=r"several ONNX files \(a.onnx, b.onnx\): pick one with file_name="):
+        blockbert_export.OnnxBlockBert.from_pretrained(tmp_path)
+    assert blockbert_export.OnnxBlockBert.from_pretrained(tmp_path, file_name="b.onnx").path.name == "b.onnx"
 
 
 def test_onnx_runtime_matches_eager_at_every_length(exported_qa_model, saved_qa_model):

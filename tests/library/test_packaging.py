@@ -43,6 +43,7 @@ WHEEL_MODULES = {
         "extras",
         "export",
         "onnx_length_switch",
+        "onnx_quantization",
         "model_card",
         "command_line",
         "training",
