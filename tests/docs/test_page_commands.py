@@ -34,6 +34,9 @@ PAGES = [
     "docs/feature_comparison.md",
     "docs/qa_long_context_data.md",
     "docs/qa_squad_halves/README.md",
+    "docs/publishing.md",
+    "docs/ecosystem.md",
+    "docs/export.md",
 ]
 
 

@@ -1,4 +1,5 @@
-"""README.md's Python blocks run, so that the usage they show cannot go stale.
+"""README.md's Python blocks run, and so do those of docs/export.md (after README's), so that the usage they show
+cannot go stale.
 
 Every ```python block runs, in README order, in one shared namespace (like a doctest session), in a fresh temporary
 folder that holds a link `data` to the repository's `data/` (as a clone's root would), with HF_HUB_OFFLINE=1. A block
@@ -50,10 +51,12 @@ def is_slow(block: Block) -> bool:
 
 class ReadmeSession:
     """The Python blocks run one after the other in one namespace. A test may ask for any block: the blocks before it
-    that have not run yet run first (except slow ones), so that `-k` can pick a single block."""
+    that have not run yet run first (except slow ones), so that `-k` can pick a single block. `pages` names the page
+    of each block (README.md for all by default)."""
 
-    def __init__(self, blocks: list[Block], folder: Path):
+    def __init__(self, blocks: list[Block], folder: Path, pages: list[Path] | None = None):
         self.blocks, self.folder = blocks, folder
+        self.pages = pages or [README] * len(blocks)
         self.namespace = {"__name__": "__readme__"}
         self.next = 0
         self.failed: list[Block] = []
@@ -66,16 +69,21 @@ class ReadmeSession:
         self.next = max(self.next, index + 1)
         block = self.blocks[index]
         if self.failed:
+            failed = self.failed[0]
             pytest.fail(
-                f"README.md:{block.line} ({block.first_line!r}) did not run: the block at README.md:"
-                f"{self.failed[0].line} ({self.failed[0].first_line!r}) failed before it",
+                f"{self._name(block)}:{block.line} ({block.first_line!r}) did not run: the block at "
+                f"{self._name(failed)}:{failed.line} ({failed.first_line!r}) failed before it",
                 pytrace=False,
             )
         self._execute(block)
 
+    def _name(self, block: Block) -> str:
+        return self.pages[self.blocks.index(block)].relative_to(REPO_ROOT).as_posix()
+
     def _execute(self, block: Block) -> None:
-        # Padding with blank lines makes the code's line numbers README.md's: tracebacks point at the README.
-        code = compile("\n" * (block.line - 1) + block.code, str(README), "exec")
+        page = self.pages[self.blocks.index(block)]
+        # Padding with blank lines makes the code's line numbers the page's: tracebacks point at the page.
+        code = compile("\n" * (block.line - 1) + block.code, str(page), "exec")
         with pytest.MonkeyPatch.context() as patch:
             patch.chdir(self.folder)
             patch.setenv("HF_HUB_OFFLINE", "1")
@@ -85,10 +93,10 @@ class ReadmeSession:
             except Exception as error:
                 self.failed.append(block)
                 frames = traceback.extract_tb(error.__traceback__)
-                first = next((i for i, frame in enumerate(frames) if frame.filename == str(README)), 0)
-                where = next((frame.lineno for frame in reversed(frames) if frame.filename == str(README)), block.line)
+                first = next((i for i, frame in enumerate(frames) if frame.filename == str(page)), 0)
+                where = next((frame.lineno for frame in reversed(frames) if frame.filename == str(page)), block.line)
                 pytest.fail(
-                    f"README.md:{where} (in the block at line {block.line}, {block.first_line!r}) raised "
+                    f"{self._name(block)}:{where} (in the block at line {block.line}, {block.first_line!r}) raised "
                     f"{type(error).__name__}: {error}\n\n"
                     + "".join(traceback.format_list(frames[first:]) + traceback.format_exception_only(error)),
                     pytrace=False,
@@ -114,6 +122,25 @@ def readme_session(tmp_path_factory):
 )
 def test_python_block_runs(index, readme_session):
     readme_session.run(index)
+
+
+EXPORT_PAGE = REPO_ROOT / "docs" / "export.md"
+EXPORT_BLOCKS = [block for block in fenced_blocks(EXPORT_PAGE.read_text()) if block.language == "python"]
+
+
+@pytest.fixture(scope="module")
+def export_session(tmp_path_factory):
+    """README's blocks, then docs/export.md's, in one namespace: the export page goes on from the README's model."""
+    folder = tmp_path_factory.mktemp("export")
+    (folder / "data").symlink_to(REPO_ROOT / "data", target_is_directory=True)
+    pages = [README] * len(PYTHON_BLOCKS) + [EXPORT_PAGE] * len(EXPORT_BLOCKS)
+    return ReadmeSession(PYTHON_BLOCKS + EXPORT_BLOCKS, folder, pages)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("index", range(len(EXPORT_BLOCKS)), ids=[f"docs/export.md:{b.line}" for b in EXPORT_BLOCKS])
+def test_export_page_block_runs(index, export_session):
+    export_session.run(len(PYTHON_BLOCKS) + index)
 
 
 def test_tiny_sizes_keep_what_a_block_passes():
