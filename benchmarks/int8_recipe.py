@@ -29,7 +29,14 @@ from tqdm.auto import tqdm
 from transformers import AutoConfig, AutoTokenizer
 
 from blockbert_benchmarks.measuring.machine import machine_description, recorded_command, recorded_path
-from blockbert_benchmarks.qa_pipeline import CONTEXTS, answer, read_questions, same_answers, squad_scores
+from blockbert_benchmarks.qa_pipeline import (
+    CONTEXTS,
+    add_question_arguments,
+    answer,
+    read_questions,
+    same_answers,
+    squad_scores,
+)
 from blockbert_benchmarks.reporting import print_and_write
 from blockbert_hf.export import (
     ONNX_FILE,
@@ -179,12 +186,7 @@ def render_markdown(results: dict) -> str:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model_folder", required=True, help="a fine-tuned BlockBERT question-answering folder")
-    parser.add_argument("--onnx_folder", help="its export (default: exported into MODEL_FOLDER-onnx first)")
-    parser.add_argument("--squad_file", required=True, help="SQuAD-format .json(.gz) holding the articles")
-    parser.add_argument("--title", action="append", help="an article to measure on (repeatable; default: all)")
-    parser.add_argument("--max_questions", type=int, default=0, help="the first K questions only (0: all)")
-    parser.add_argument("--batch_size", type=int, default=8, help="windows per forward")
+    add_question_arguments(parser, "measure")
     parser.add_argument(
         "--timing_rounds",
         type=int,

@@ -32,6 +32,7 @@ from transformers import AutoTokenizer
 from blockbert_benchmarks.measuring.machine import machine_description, recorded_command, recorded_path
 from blockbert_benchmarks.qa_pipeline import (  # noqa: F401 (read_questions: the questions this script reads)
     CONTEXTS,
+    add_question_arguments,
     answer,
     onnx_pipeline,
     read_questions,
@@ -162,12 +163,7 @@ def render_markdown(results: dict) -> str:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model_folder", required=True, help="a fine-tuned BlockBERT question-answering folder")
-    parser.add_argument("--onnx_folder", help="its export (default: exported into MODEL_FOLDER-onnx first)")
-    parser.add_argument("--squad_file", required=True, help="SQuAD-format .json(.gz) holding the test articles")
-    parser.add_argument("--title", action="append", help="an article to test on (repeatable; default: all)")
-    parser.add_argument("--max_questions", type=int, default=0, help="the first K questions only (0: all)")
-    parser.add_argument("--batch_size", type=int, default=8, help="windows per forward")
+    add_question_arguments(parser, "test")
     parser.add_argument("--output", help="write the measurements as JSON here")
     parser.add_argument("--markdown", help="write the tables as markdown here")
     args = parser.parse_args(argv)

@@ -2,6 +2,7 @@
 `benchmarks/int8_recipe.py`: each question with its paragraph and its whole article, one pipeline per model (PyTorch
 or ONNX Runtime), and the answers' EM/F1 and agreement."""
 
+import argparse
 import time
 from pathlib import Path
 
@@ -15,6 +16,17 @@ from blockbert_hf.qa import load_squad_metric, read_squad_json
 MAX_ANSWER_TOKENS = 30  # run_qa's default
 # The two contexts every question is answered over: the `read_questions` field and what the results call it.
 CONTEXTS = {"context": "paragraph", "document": "document"}
+
+
+def add_question_arguments(parser: argparse.ArgumentParser, purpose: str) -> None:
+    """The options both scripts share: the fine-tuned model and its export, the SQuAD articles `purpose` names (what
+    they are used for: "test", "measure"), how many questions, and windows per forward."""
+    parser.add_argument("--model_folder", required=True, help="a fine-tuned BlockBERT question-answering folder")
+    parser.add_argument("--onnx_folder", help="its export (default: exported into MODEL_FOLDER-onnx first)")
+    parser.add_argument("--squad_file", required=True, help="SQuAD-format .json(.gz) holding the articles")
+    parser.add_argument("--title", action="append", help=f"an article to {purpose} on (repeatable; default: all)")
+    parser.add_argument("--max_questions", type=int, default=0, help="the first K questions only (0: all)")
+    parser.add_argument("--batch_size", type=int, default=8, help="windows per forward")
 
 
 def read_questions(squad_file: str, titles: list[str] | None, max_questions: int | None) -> list[dict]:
