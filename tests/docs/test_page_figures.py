@@ -46,6 +46,25 @@ LONG_COST_BLOCKWISE, LONG_COST_SLIDING = "BlockBERT n = 2 (10:2)", "sliding wind
 LAYOUT_PREFIXED, LAYOUT_QUESTION_FIRST = "dev_n1024_n2_prefixed_blocks", "dev_n1024_n2_question_first"
 RESULTS = "docs/results.md"
 CPU_THROUGHPUT = "docs/adaptation/cpu_throughput.json"
+REFERENCE_RUN = "docs/adaptation/reference/adaptation_results.json"
+
+
+def reference(key: str):
+    return json_key("runs", "reference", key)
+
+
+def reference_steps(data) -> int:
+    """Optimizer steps of the reference run, from its recorded command."""
+    command = data["runs"]["reference"]["commands"][0].split()
+    return int(command[command.index("--max_train_steps") + 1])
+
+
+def reference_last_change(data) -> float:
+    """How far apart the reference run's last two held-out evaluations are."""
+    (_, before), (_, last) = data["runs"]["reference"]["held_out_loss_curve"][-2:]
+    return before - last
+
+
 QA_SPEED = "docs/benchmarks/qa_pipeline_speed.json"
 PADDED, FP32, INT8 = "PyTorch, padded", "ONNX Runtime fp32", "ONNX Runtime int8"
 
@@ -155,6 +174,13 @@ FIGURES = {
         Figure("over the {}-token corpus", CPU_THROUGHPUT, json_key("hours_per_epoch", "train_tokens"), "{:,}"),
         Figure("run takes about {} hours", CPU_THROUGHPUT, adaptation_hours(5_000_000), "{:.1f}"),
         Figure("measured over\n{} steps", CPU_THROUGHPUT, lambda d: len(d["tokens_per_second_by_step"]) - 1, "{}"),
+        Figure("no`, {} training tokens", REFERENCE_RUN, reference("train_tokens"), "{:,}"),
+        Figure("tokens in {} steps", REFERENCE_RUN, reference_steps, "{}"),
+        Figure("at\n{} tokens/s", REFERENCE_RUN, reference("tokens_per_second"), "{:,.0f}"),
+        Figure("loss from {} to", REFERENCE_RUN, reference("held_out_loss_before"), "{:.2f}"),
+        Figure("to {} (perplexity", REFERENCE_RUN, reference("held_out_loss"), "{:.2f}"),
+        Figure("(perplexity\n{}), its", REFERENCE_RUN, reference("held_out_perplexity"), "{:,.0f}"),
+        Figure("evaluations {} apart", REFERENCE_RUN, reference_last_change, "{:.2f}"),
     ],
     RESULTS: [
         # `make demo`, as run here: its results file (docs/demo).
