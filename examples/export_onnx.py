@@ -14,10 +14,10 @@ first, or a question-answering model in the pipeline with
 `blockbert_hf.export.OnnxBlockBertForQuestionAnswering.from_pretrained(OUT)` (optimum's arguments: `file_name`,
 `provider`, `session_options`; `save_pretrained`). `--quantize` also writes `OUT/model_int8.onnx` (int8 weight
 products with activations quantized at run time per token and block of 128 channels, `--int8_activations`;
-attention's other products, the embeddings and the task head stay in fp32; `docs/export.md`) and `OUT/quantization.json`:
-the recipe, its difference per length, and for a question-answering model how many of its answers to built-in
-questions (over a paragraph and over it repeated to fill several windows) equal the eager model's, with a warning,
-logged and in the file, when some do not.
+attention's other products, the embeddings and the task head stay in fp32; `docs/export.md`) and
+`OUT/quantization.json`: the recipe, its difference per length, and for a question-answering model how many of its
+answers to built-in questions (over a paragraph and over it repeated to fill several windows) equal the eager model's,
+with a warning, logged and in the file, when some do not.
 """
 
 import json
