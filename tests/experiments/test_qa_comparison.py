@@ -64,7 +64,6 @@ from blockbert_experiments.qa_comparison.report import load_results, plot_label
 from blockbert_experiments.qa_comparison.scores import (
     article_bootstrap_ratio,
     seed_t_interval,
-    student_t_quantile,
     wider_interval,
 )
 from blockbert_experiments.qa_comparison.steps import convert_args, eval_args, train_args
@@ -526,21 +525,6 @@ def test_bootstrap_resamples_articles_not_questions():
         paired_article_bootstrap(a, b, np.zeros(3, dtype=int))
 
 
-@pytest.mark.parametrize(
-    ("degrees_of_freedom", "quantile"),
-    [
-        (1, 12.7062047362),
-        (2, 4.3026527297),
-        (3, 3.1824463053),
-        (4, 2.7764451052),
-        (10, 2.2281388520),
-        (30, 2.0422724563),
-    ],
-)
-def test_the_t_quantile_matches_the_published_table(degrees_of_freedom, quantile):
-    assert student_t_quantile(0.975, degrees_of_freedom) == pytest.approx(quantile, abs=1e-9)
-
-
 def test_the_t_interval_over_seeds_matches_a_hand_computation_and_the_wider_interval_wins():
     # Differences -4, -6, -5: mean -5, standard deviation 1, standard error 1 / sqrt(3); t(0.975, 2) = 4.302653.
     interval = seed_t_interval([-4.0, -6.0, -5.0])
@@ -555,8 +539,6 @@ def test_the_t_interval_over_seeds_matches_a_hand_computation_and_the_wider_inte
     narrow = {**interval, "low": -5.1, "high": -4.9}
     assert wider_interval(bootstrap, narrow)["from"] == "article bootstrap"
     assert wider_interval(bootstrap, narrow)["smallest_detectable_effect"] == pytest.approx(0.75)
-    with pytest.raises(ValueError, match="degree of freedom"):
-        student_t_quantile(0.975, 0)
 
 
 def test_the_ratio_interval_resamples_articles():

@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from scipy import stats
+
 from blockbert_benchmarks.measuring.machine import hardware_text
 from blockbert_hf.saving import write_file_atomically, write_json_atomically
 
@@ -22,7 +24,6 @@ from .scores import (
     seed_averaged_verdicts,
     seed_pairs,
     sliding_window_pairs,
-    student_t_quantile,
     whole_article_scores,
 )
 
@@ -329,7 +330,7 @@ of n = 2 (N x b per head).
 
 def _intervals_note() -> str:
     """How the seed-averaged tables' intervals are made, with the t quantiles of two and three seeds."""
-    two, three = (student_t_quantile(0.975, seeds - 1) for seeds in (2, 3))
+    two, three = (stats.t.ppf(0.975, seeds - 1) for seeds in (2, 3))
     return (
         "Besides the article bootstrap, the decision rule of the long-document comparison "
         "([its page](../long_document_decision_rule.md)) takes a t-interval over the per-seed differences (seed i "

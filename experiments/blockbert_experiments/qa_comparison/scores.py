@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
+from scipy import stats
 
 from blockbert_hf.qa.data import load_qa_dataset
 from blockbert_hf.qa.postprocessing import normalize_answer, token_f1
@@ -113,44 +114,6 @@ def article_bootstrap_ratio(
     return {"low": float(low), "high": float(high), "articles": len(tops)}
 
 
-def _central_t_probability(t: float, degrees_of_freedom: int) -> float:
-    """P(|T| <= t) for Student's t with integer degrees of freedom: the finite series of Abramowitz & Stegun 26.7.3
-    (odd) and 26.7.4 (even) in theta = atan(t / sqrt(dof))."""
-    theta = math.atan(t / math.sqrt(degrees_of_freedom))
-    cos2 = math.cos(theta) ** 2
-    if degrees_of_freedom % 2 == 0:
-        term = total = 1.0
-        for k in range(1, degrees_of_freedom // 2):
-            term *= cos2 * (2 * k - 1) / (2 * k)
-            total += term
-        return math.sin(theta) * total
-    total = 0.0
-    if degrees_of_freedom > 1:
-        term = total = 1.0
-        for k in range(1, (degrees_of_freedom - 1) // 2):
-            term *= cos2 * (2 * k) / (2 * k + 1)
-            total += term
-        total *= math.sin(theta) * math.cos(theta)
-    return 2 / math.pi * (theta + total)
-
-
-def student_t_quantile(probability: float, degrees_of_freedom: int) -> float:
-    """The `probability` quantile (0.5 < probability < 1) of Student's t with integer degrees of freedom, found by
-    bisection on its exact CDF (scipy is not a dependency of the repository; this is the one quantile it needs)."""
-    if not 0.5 < probability < 1 or degrees_of_freedom < 1:
-        raise ValueError(
-            f"Need 0.5 < probability < 1 and at least 1 degree of freedom: got {probability} and {degrees_of_freedom}."
-        )
-    central = 2 * probability - 1  # P(|T| <= t) at the wanted t
-    low, high = 0.0, 1.0
-    while _central_t_probability(high, degrees_of_freedom) < central:
-        low, high = high, 2 * high
-    for _ in range(200):
-        middle = (low + high) / 2
-        low, high = (middle, high) if _central_t_probability(middle, degrees_of_freedom) < central else (low, middle)
-    return (low + high) / 2
-
-
 def seed_t_interval(differences: Sequence[float], confidence: float = 0.95) -> dict | None:
     """The `confidence` t-interval of the mean of per-seed differences (seed i of one cell minus seed i of the other):
     the variation between fine-tuning seeds, which a bootstrap of seed-averaged scores over articles does not see.
@@ -159,7 +122,7 @@ def seed_t_interval(differences: Sequence[float], confidence: float = 0.95) -> d
     if seeds < 2:
         return None
     values = np.asarray(differences, dtype=float)
-    quantile = student_t_quantile(1 - (1 - confidence) / 2, seeds - 1)
+    quantile = float(stats.t.ppf(1 - (1 - confidence) / 2, seeds - 1))
     half_width = quantile * float(values.std(ddof=1)) / math.sqrt(seeds)
     mean = float(values.mean())
     return {"difference": mean, "low": mean - half_width, "high": mean + half_width, "seeds": seeds, "t": quantile}
