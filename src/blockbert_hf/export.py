@@ -388,12 +388,9 @@ def onnx_file_in(folder: Path, file_name: str | None) -> Path:
     """The ONNX file to load from `folder`: `file_name`, else `model.onnx`, else the folder's only `.onnx` file."""
     if file_name is None:
         found = sorted(path.name for path in folder.glob("*.onnx")) if folder.is_dir() else []
-        if ONNX_FILE in found or len(found) != 1:
-            if len(found) > 1 and ONNX_FILE not in found:
-                raise ValueError(f"{folder} holds several ONNX files ({', '.join(found)}): pick one with file_name=.")
-            file_name = ONNX_FILE
-        else:
-            file_name = found[0]
+        if len(found) > 1 and ONNX_FILE not in found:
+            raise ValueError(f"{folder} holds several ONNX files ({', '.join(found)}): pick one with file_name=.")
+        file_name = found[0] if len(found) == 1 else ONNX_FILE
     if not (folder / file_name).is_file():
         raise ValueError(
             f"{folder} has no {file_name}: give a folder written by examples/export_onnx.py (with --quantize for "
@@ -525,24 +522,10 @@ class OnnxBlockBertForQuestionAnswering:
         self.config = runner.config
 
     @classmethod
-    def from_pretrained(
-        cls,
-        folder: str | Path,
-        *,
-        file_name: str | None = None,
-        provider: str = CPU_PROVIDER,
-        session_options=None,
-        provider_options: dict | None = None,
-    ) -> "OnnxBlockBertForQuestionAnswering":
-        """The question-answering model in `folder` (written by `examples/export_onnx.py` or `save_pretrained`)."""
-        runner = OnnxBlockBert.from_pretrained(
-            folder,
-            file_name=file_name,
-            provider=provider,
-            session_options=session_options,
-            provider_options=provider_options,
-        )
-        return cls(runner)
+    def from_pretrained(cls, folder: str | Path, **loading) -> "OnnxBlockBertForQuestionAnswering":
+        """The question-answering model in `folder` (written by `examples/export_onnx.py` or `save_pretrained`);
+        `loading`: `OnnxBlockBert.from_pretrained`'s `file_name`, `provider`, `session_options`, `provider_options`."""
+        return cls(OnnxBlockBert.from_pretrained(folder, **loading))
 
     def save_pretrained(self, folder: str | Path) -> None:
         """`OnnxBlockBert.save_pretrained`: the ONNX file and the config; save the tokenizer beside them."""

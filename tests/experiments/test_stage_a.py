@@ -90,12 +90,17 @@ def _run(tmp_path: Path, *steps: str, **variables: str) -> subprocess.CompletedP
     )
 
 
-@pytest.mark.slow
-def test_stage_a_runs_every_step_then_redoes_nothing(tmp_path, tokenizer):
+def _stage_inputs(tmp_path, tokenizer):
+    """The data and the tiny source model a stage reads, under `tmp_path`; skips without coreutils."""
     if shutil.which("sha256sum") is None or shutil.which("timeout") is None:
         pytest.skip("needs coreutils' sha256sum and timeout")
     _data_folder(tmp_path / "data")
     tiny_roberta_source(tmp_path / "source", tokenizer)
+
+
+@pytest.mark.slow
+def test_stage_a_runs_every_step_then_redoes_nothing(tmp_path, tokenizer):
+    _stage_inputs(tmp_path, tokenizer)
     done = _run(tmp_path, "prepare", "adapt", "diagnose", "qa", "collect")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
 
@@ -125,10 +130,7 @@ def test_stage_a_runs_every_step_then_redoes_nothing(tmp_path, tokenizer):
 
 @pytest.mark.slow
 def test_adapted_models_come_back_in_parts_and_a_new_machine_goes_on_from_them(tmp_path, tokenizer):
-    if shutil.which("sha256sum") is None or shutil.which("timeout") is None:
-        pytest.skip("needs coreutils' sha256sum and timeout")
-    _data_folder(tmp_path / "data")
-    tiny_roberta_source(tmp_path / "source", tokenizer)
+    _stage_inputs(tmp_path, tokenizer)
     runs = {"ADAPT_RUNS": "reference n512_n2_10-2"}
     done = _run(tmp_path, "prepare", "adapt", "weights", "collect", **runs)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
