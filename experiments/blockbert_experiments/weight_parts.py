@@ -7,7 +7,6 @@ and the model's config. `restore_parts` rebuilds the whole model folder from the
 converter makes again, byte for byte, from the same source model: only what training changed has to travel.
 """
 
-import hashlib
 import json
 import shutil
 from collections.abc import Mapping
@@ -16,7 +15,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from blockbert_hf.saving import atomic_directory
+from blockbert_hf.saving import atomic_directory, sha256_of_file
 
 
 WEIGHTS_FILE = "model.safetensors"
@@ -26,14 +25,6 @@ DEFAULT_PART_BYTES = 15 * 2**20  # under the 16 MiB a file may have to come back
 RUN_FILES = ("config.json", "generation_config.json", "README.md")
 # The checkpoint's files that describe the checkpoint itself, not a model trained from it.
 BASE_ONLY_FILES = (WEIGHTS_FILE, "README.md", "conversion_report.json")
-
-
-def file_sha256(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(2**20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def changed_tensors(model: Mapping[str, torch.Tensor], base: Mapping[str, torch.Tensor]) -> list[str]:
@@ -87,8 +78,8 @@ def export_parts(
         part_files.append(part_file)
     manifest = {
         "name": name,
-        "base_weights_sha256": file_sha256(base_dir / WEIGHTS_FILE),
-        "parts": {part_file: file_sha256(output_dir / part_file) for part_file in part_files},
+        "base_weights_sha256": sha256_of_file(base_dir / WEIGHTS_FILE),
+        "parts": {part_file: sha256_of_file(output_dir / part_file) for part_file in part_files},
         "changed_tensors": len(changed),
         "tensors_from_base": sorted(set(model) - set(changed)),
         "dtypes": {tensor_name: str(tensor.dtype).removeprefix("torch.") for tensor_name, tensor in model.items()},
@@ -105,14 +96,14 @@ def restore_parts(manifest: str | Path, base_dir: str | Path, output_dir: str | 
     not the ones the parts were taken from, and a part that is missing or altered, before writing anything."""
     manifest_path, base_dir = Path(manifest), Path(base_dir)
     manifest = json.loads(manifest_path.read_text())
-    if file_sha256(base_dir / WEIGHTS_FILE) != manifest["base_weights_sha256"]:
+    if sha256_of_file(base_dir / WEIGHTS_FILE) != manifest["base_weights_sha256"]:
         raise ValueError(
             f"{base_dir / WEIGHTS_FILE} is not the checkpoint {manifest['name']}'s parts apply to (its sha256 "
             "differs): convert the same source model with the same options again."
         )
     for part_file, sha256 in manifest["parts"].items():
         part = manifest_path.parent / part_file
-        if not part.is_file() or file_sha256(part) != sha256:
+        if not part.is_file() or sha256_of_file(part) != sha256:
             raise ValueError(f"{part} is missing or not the part that was written: bring it back again.")
     base = load_file(base_dir / WEIGHTS_FILE)
     tensors = {name: base[name] for name in manifest["tensors_from_base"]}
