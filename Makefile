@@ -43,8 +43,8 @@ test-all: install
 
 # Runs both suites on an otherwise idle machine and records their counts and wall times, which docs/results.md states.
 test-durations: install
-	BLOCKBERT_TEST_DURATIONS=docs/test_durations.json:test $(BIN)/python -m pytest -q
-	BLOCKBERT_TEST_DURATIONS=docs/test_durations.json:test-all $(BIN)/python -m pytest -q -m "slow or not slow"
+	BLOCKBERT_TEST_DURATIONS=results/test_durations.json:test $(BIN)/python -m pytest -q
+	BLOCKBERT_TEST_DURATIONS=results/test_durations.json:test-all $(BIN)/python -m pytest -q -m "slow or not slow"
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info

@@ -121,7 +121,7 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks that the script works")
     parser.add_argument("--output", help="write the measurements as JSON here")
     parser.add_argument(
-        "--markdown", help="write the tables as markdown here (e.g. docs/benchmarks/blockwise_speed.md)"
+        "--markdown", help="write the tables as markdown here (e.g. results/benchmarks/blockwise_speed.md)"
     )
     parser.add_argument("--from_json", help="print/render a run saved with --output instead of measuring")
     args = parser.parse_args(argv)

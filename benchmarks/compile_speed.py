@@ -140,7 +140,9 @@ def parse_args(argv):
     parser.add_argument("--threads", type=int, help="torch threads (default 2, the machine's cores; 1 with --quick)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks that the script works")
     parser.add_argument("--output", help="write the measurements as JSON here")
-    parser.add_argument("--markdown", help="write the table as markdown here (e.g. docs/benchmarks/compile_speed.md)")
+    parser.add_argument(
+        "--markdown", help="write the table as markdown here (e.g. results/benchmarks/compile_speed.md)"
+    )
     parser.add_argument("--from_json", help="print/render a run saved with --output instead of measuring")
     args = parser.parse_args(argv)
     if args.quick:

@@ -152,7 +152,9 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks that the script works")
     parser.add_argument("--output", help="write the measurements as JSON here")
-    parser.add_argument("--markdown", help="write the table as markdown here (docs/benchmarks/exported_length_cost.md)")
+    parser.add_argument(
+        "--markdown", help="write the table as markdown here (results/benchmarks/exported_length_cost.md)"
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.block_size, args.lengths, args.batch_sizes, args.repeats = 16, [5, 16, 17, 32], [1, 2], 2

@@ -2,9 +2,9 @@
 BlockBERT n = 2 and 3 (sdpa) against RoBERTa with eager attention (the paper's baseline) and with sdpa (PyTorch's flash
 kernel, what users run today), and, from N = 1024 on, BlockBERT n = 2 on flex_attention, Longformer and BigBird.
 
-    python benchmarks/gpu_efficiency.py --output_dir docs/benchmarks       # CUDA, BERT-base: about 6 minutes (H200)
+    python benchmarks/gpu_efficiency.py --output_dir results/benchmarks       # CUDA, BERT-base: about 6 minutes (H200)
     python benchmarks/gpu_efficiency.py --tiny                             # tiny sizes on the CPU, in seconds
-    python benchmarks/gpu_efficiency.py --render docs/benchmarks/gpu_efficiency.json   # the .md again, from the .json
+    python benchmarks/gpu_efficiency.py --render results/benchmarks/gpu_efficiency.json   # the .md again, from the .json
 
 Parts (--parts), each within its time budget (--budgets; default in seconds: train 180, inference 100, max_batch 60,
 long_document 40, planned for one H200):
@@ -60,7 +60,7 @@ from blockbert_hf import attention_blockbert
 from blockbert_hf.saving import write_file_atomically
 
 
-DEFAULT_OUTPUT_DIR = Path(__file__).resolve().parents[1] / "docs" / "benchmarks"
+DEFAULT_OUTPUT_DIR = Path(__file__).resolve().parents[1] / "results" / "benchmarks"
 STEM = "gpu_efficiency"
 PARTS = ("train", "inference", "max_batch", "long_document")
 # Seconds each part may take: its planned time on one H200 with some room (the run is cut to fit a 10-minute command).

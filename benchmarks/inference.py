@@ -41,7 +41,7 @@ from blockbert_benchmarks.reporting import results_header, write_report
 from blockbert_benchmarks.workloads import random_token_ids
 
 
-DEFAULT_OUTPUT_DIR = Path(__file__).resolve().parents[1] / "docs" / "benchmarks"
+DEFAULT_OUTPUT_DIR = Path(__file__).resolve().parents[1] / "results" / "benchmarks"
 # Inference targets: same-run ratios of BlockBERT's forward time to an anchor's (`what` names the paper's figure
 # or the FLOP count's bound it is set against).
 TARGETS = [

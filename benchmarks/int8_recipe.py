@@ -4,7 +4,7 @@ chosen from (`blockbert_hf.onnx_quantization`).
 
     python benchmarks/int8_recipe.py --model_folder outputs/demo/qa/model --onnx_folder outputs/demo/qa/model-onnx \\
         --squad_file data/samples/squad_v1.1_dev_sample.json --title Jacksonville,_Florida \\
-        --output docs/benchmarks/int8_recipe.json
+        --output results/benchmarks/int8_recipe.json
 
 Choose on a development article, not on the one the results are reported on. Every variant quantizes the same
 `model.onnx` (exported from the model first, verified against the eager model, unless `--onnx_folder` holds one) into

@@ -1,15 +1,15 @@
 """What answering a question over a long document costs with the long-document arm's models: full attention reading
 sliding windows of the source's N tokens, against BlockBERT reading 2 and 4 times as many at once (n = 2, heads 10:2;
 n = 4, heads 6:2:2:2), with the question at the start of every block and positions restarting in every block (the
-layout chosen on the dev articles, docs/qa_recipe). Seconds per question and peak memory, at every context length
+layout chosen on the dev articles, results/qa_recipe). Seconds per question and peak memory, at every context length
 of the length sweep and over whole articles.
 
     python benchmarks/long_document_cost.py --data_dir outputs/long_qa_data \\
-        --output docs/benchmarks/long_document_cost.json --markdown docs/benchmarks/long_document_cost.md
+        --output results/benchmarks/long_document_cost.json --markdown results/benchmarks/long_document_cost.md
 
 The models have the source's sizes (default: the installed all-MiniLM-L6-v2; `--source_model` takes any BERT or
 RoBERTa folder with its tokenizer) and random weights: time and memory do not depend on the weights, so the numbers
-hold for the fine-tuned models of docs/qa_comparison, whose weights need not exist. Every question is answered by
+hold for the fine-tuned models of results/qa_comparison, whose weights need not exist. Every question is answered by
 each model in turn through the question-answering pipeline, each question starting with the next model (whichever
 runs first on a question finds the others' weights out of the caches), each reading the same number of tokens per
 forward (`--tokens_per_forward`: 8 windows of 512, 4 of 1,024, 2 of 2,048), as the comparison's evaluation does. Peak

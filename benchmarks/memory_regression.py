@@ -30,7 +30,7 @@ from blockbert_benchmarks.reporting import gib, markdown_table, results_header, 
 from blockbert_hf.saving import write_file_atomically
 
 
-DEFAULT_OUTPUT_DIR = Path(__file__).resolve().parents[1] / "docs" / "benchmarks"
+DEFAULT_OUTPUT_DIR = Path(__file__).resolve().parents[1] / "results" / "benchmarks"
 DEFAULT_MODELS = ",".join(
     f"blockbert-{blocks}-{kernel}" for kernel in ("eager", "sdpa") for blocks in ("full", "n2", "n3")
 )

@@ -182,7 +182,9 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks that the script works")
     parser.add_argument("--output", help="write the measurements as JSON here")
-    parser.add_argument("--markdown", help="write the tables as markdown here (e.g. docs/benchmarks/mixed_lengths.md)")
+    parser.add_argument(
+        "--markdown", help="write the tables as markdown here (e.g. results/benchmarks/mixed_lengths.md)"
+    )
     parser.add_argument("--from_json", help="print/render a run saved with --output instead of measuring")
     args = parser.parse_args(argv)
     if args.quick:

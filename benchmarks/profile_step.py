@@ -26,7 +26,7 @@ from blockbert_benchmarks.reporting import markdown_table, results_header, run_a
 from blockbert_hf.saving import write_file_atomically
 
 
-DEFAULT_OUTPUT_DIR = Path(__file__).resolve().parents[1] / "docs" / "benchmarks"
+DEFAULT_OUTPUT_DIR = Path(__file__).resolve().parents[1] / "results" / "benchmarks"
 DEFAULT_MODELS = "roberta-sdpa,blockbert-n2-sdpa,blockbert-full-sdpa-sparse,blockbert-n2-sdpa-sparse"
 DEFAULT_FORWARD_MODELS = "roberta-sdpa,blockbert-n2-sdpa"  # the MLM-head variants differ only in training
 TOP_OPS = 12

@@ -2,8 +2,8 @@
 computing padding, PyTorch padding-free (the default), ONNX Runtime fp32 and ONNX Runtime int8.
 
     python benchmarks/qa_pipeline_speed.py --model_folder FINE_TUNED_QA_FOLDER --squad_file dev-v1.1.json.gz \\
-        --title Sky_(United_Kingdom) --output docs/benchmarks/qa_pipeline_speed.json \\
-        --markdown docs/benchmarks/qa_pipeline_speed.md
+        --title Sky_(United_Kingdom) --output results/benchmarks/qa_pipeline_speed.json \\
+        --markdown results/benchmarks/qa_pipeline_speed.md
 
 Every question of the chosen articles is answered twice, over its own paragraph and over its whole article
 (paragraphs joined by blank lines, read in windows of the model's N), with the pipeline's window layout and answer

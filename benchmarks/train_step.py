@@ -42,7 +42,7 @@ from blockbert_benchmarks.reporting import results_header, write_report
 from blockbert_benchmarks.workloads import make_training_step, masked_lm_labels, random_token_ids
 
 
-DEFAULT_OUTPUT_DIR = Path(__file__).resolve().parents[1] / "docs" / "benchmarks"
+DEFAULT_OUTPUT_DIR = Path(__file__).resolve().parents[1] / "results" / "benchmarks"
 DEFAULT_MODELS = (
     "blockbert-n2-eager,blockbert-n2-sdpa,blockbert-n3-eager,blockbert-n3-sdpa,roberta-eager,roberta-sdpa,longformer,"
     "bigbird,blockbert-full-sdpa-sparse,blockbert-n2-sdpa-sparse"

@@ -16,7 +16,7 @@ a SQuAD-format .json/.json.gz or an MRQA .jsonl/.jsonl.gz. --dataset_subset of e
 Defaults: windows of the model's N tokens (--max_seq_length), --doc_stride 128, 4 epochs (the paper's), linear
 schedule with 10 percent warmup, batch 32, learning rate 3e-5 from the grid 1e-5, 2e-5, 3e-5, 5e-5 (pick it on the
 dev set; the usual settings for BERT/RoBERTa-base: small models want more, all-MiniLM-L6-v2 scored best at 2e-4 with
-batch 16, see docs/qa_recipe). A model with block-relative positions whose windows span several blocks gets
+batch 16, see results/qa_recipe). A model with block-relative positions whose windows span several blocks gets
 --window_layout question_prefixed_blocks by default (measured far better there: dev F1 51.2 against 11.0).
 Batches are padded per batch on the right; --group_by_length batches training windows of similar lengths
 (on SQuAD about 2.5x less padding). Mixed precision: `accelerate launch --mixed_precision bf16` (or

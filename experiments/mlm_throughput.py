@@ -4,7 +4,7 @@ adaptation runs (`experiments/adaptation.py`) from a measurement rather than an 
 
     accelerate launch --cpu examples/run_mlm.py --output_dir outputs/throughput ... --logging_steps 1 \\
         --stop_after_step 60
-    python experiments/mlm_throughput.py --run_dir outputs/throughput --output docs/adaptation/cpu_throughput.json \\
+    python experiments/mlm_throughput.py --run_dir outputs/throughput --output results/adaptation/cpu_throughput.json \\
         --command "accelerate launch --cpu examples/run_mlm.py ..." --corpus_tokens 2019235
 
 Exit status: 0 written; 2 bad options or a run without logged steps, refused before writing anything.

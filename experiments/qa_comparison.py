@@ -1,6 +1,6 @@
 """The long-context QA fine-tuning comparison: one pretrained encoder (all-MiniLM-L6-v2) converted to full, sparse
 fixed and blockwise attention at N = 512, 1024 and 2048, fine-tuned with one recipe and evaluated on the long-context
-test sets (see docs/qa_comparison/README.md).
+test sets (see results/qa_comparison/README.md).
 
     python experiments/qa_comparison.py run --dry_run     # the plan: what each cell still needs, time estimates
     python experiments/qa_comparison.py run --squad_file path/to/dev-v1.1.json.gz   # every cell, in priority order
@@ -8,18 +8,18 @@ test sets (see docs/qa_comparison/README.md).
     python experiments/qa_comparison.py report            # table, plot, intervals from the cells finished so far
     python experiments/qa_comparison.py run --grid recipe --effective_batch_size 16 --mixed_precision bf16
                                                           # the learning-rate screening on the dev articles
-    python experiments/qa_comparison.py run --grid objective --recipe_dir docs/qa_recipe --results_dir docs/qa_recipe
+    python experiments/qa_comparison.py run --grid objective --recipe_dir results/qa_recipe --results_dir results/qa_recipe
                                                           # the long model's training objective, on the recipe
                                                           # chosen so far (window against per_block, dev articles)
-    python experiments/qa_comparison.py run --recipe_dir docs/qa_recipe --effective_batch_size 16
+    python experiments/qa_comparison.py run --recipe_dir results/qa_recipe --effective_batch_size 16
                                                           # the comparison on the recipe chosen there
-    python experiments/qa_comparison.py run --recipe_dir docs/qa_recipe --jobs 11
+    python experiments/qa_comparison.py run --recipe_dir results/qa_recipe --jobs 11
                                                           # every cell at once, one process each (a GPU machine)
 
 `run` can be interrupted at any time and started again: converted models are cached, finished trainings and
 evaluations are skipped, an interrupted training resumes from its last checkpoint (one about every
 --checkpoint_minutes of training) and an interrupted evaluation redoes only its missing sets. Large files go to
---work_dir (default outputs/qa_comparison), results and the report to --results_dir (default docs/qa_comparison).
+--work_dir (default outputs/qa_comparison), results and the report to --results_dir (default results/qa_comparison).
 Needs the sets of experiments/build_long_context_qa.py in --data_dir (default outputs/long_qa_data), built from SQuAD
 v1.1 dev (dev-v1.1.json.gz, CC BY-SA 4.0); the cell trained on paragraphs also needs that file itself, --squad_file.
 """

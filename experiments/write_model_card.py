@@ -4,7 +4,7 @@ A fine-tuned model of the long-context QA comparison: its trained folder and the
 
     python experiments/write_model_card.py --name minilm-blockbert-n2-512-longqa \\
         --model_dir outputs/qa_comparison/cells/n512_n2_10-2_seed0/train/model \\
-        --results_file docs/qa_comparison/n512_n2_10-2_seed0/results.json
+        --results_file results/qa_comparison/n512_n2_10-2_seed0/results.json
 
 The model `make demo` fine-tuned: its folder and the demo's results file.
 
@@ -12,7 +12,7 @@ The model `make demo` fine-tuned: its folder and the demo's results file.
         --demo_results outputs/demo/results.json
 
 Recipe cards ("no weights published") of the paper's configurations (blockbert-base-n2, blockbert-base-n2-1024,
-blockbert-base-n3, or all), with what this repository's QA comparison (docs/qa_comparison/results.json) measured for
+blockbert-base-n3, or all), with what this repository's QA comparison (results/qa_comparison/results.json) measured for
 the nearest configuration without continued pre-training:
 
     python experiments/write_model_card.py --recipes all
@@ -53,7 +53,7 @@ class CardArguments:
     )
     model_dir: str | None = field(default=None, metadata={"help": "the trained model folder (its config.json)"})
     results_file: str | None = field(
-        default=None, metadata={"help": "the cell's results.json, e.g. docs/qa_comparison/<cell>/results.json"}
+        default=None, metadata={"help": "the cell's results.json, e.g. results/qa_comparison/<cell>/results.json"}
     )
     demo_results: str | None = field(
         default=None, metadata={"help": "the results.json `make demo` wrote (instead of --results_file)"}

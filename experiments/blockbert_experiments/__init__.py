@@ -9,14 +9,7 @@
 - `visualization`: the attention-mask figures.
 
 The scripts run as `python experiments/SCRIPT.py`, which puts `experiments/` on `sys.path`; the tests find this
-package through pytest's `pythonpath` setting. Peak memory and timing come from the benchmark harness
-(`blockbert_benchmarks.measuring`), whose folder is added to `sys.path` here.
+package through pytest's `pythonpath` setting. Peak memory, timing and the machine's record come from the benchmark
+harness (`blockbert_benchmarks.measuring`): `experiments/blockbert_benchmarks` is a link to `benchmarks/`'s package,
+so both folders import the same helpers without editing `sys.path`.
 """
-
-import sys
-from pathlib import Path
-
-
-_BENCHMARKS = str(Path(__file__).resolve().parents[2] / "benchmarks")
-if _BENCHMARKS not in sys.path:
-    sys.path.append(_BENCHMARKS)

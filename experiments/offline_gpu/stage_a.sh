@@ -125,14 +125,14 @@ step_qa() {
     # shellcheck disable=SC2086
     timed python3 experiments/qa_comparison.py run --grid "$QA_GRID" --adaptation_dir "$ADAPTATION" \
         --source_model "$SOURCE_MODEL" --data_dir "$QA_DATA" --squad_file "$DATA/squad/dev-v1.1.json.gz" \
-        --work_dir "$QA_WORK" --results_dir "$QA_RESULTS_DIR" --recipe_dir docs/qa_recipe \
+        --work_dir "$QA_WORK" --results_dir "$QA_RESULTS_DIR" --recipe_dir results/qa_recipe \
         --effective_batch_size 16 --mixed_precision bf16 --preprocessing_num_workers 2 --checkpoint_minutes 30 \
         --jobs "$QA_JOBS" ${QA_ARGS:-}
     local status=$?
     # the report of whatever cells finished (the run writes it at its end; a killed run does not)
     python3 experiments/qa_comparison.py report --grid "$QA_GRID" --adaptation_dir "$ADAPTATION" \
         --source_model "$SOURCE_MODEL" --data_dir "$QA_DATA" --work_dir "$QA_WORK" --results_dir "$QA_RESULTS_DIR" \
-        --recipe_dir docs/qa_recipe --effective_batch_size 16 --mixed_precision bf16 ${QA_ARGS:-} >/dev/null
+        --recipe_dir results/qa_recipe --effective_batch_size 16 --mixed_precision bf16 ${QA_ARGS:-} >/dev/null
     return $status
 }
 

@@ -38,7 +38,7 @@ from .onnx_quantization import (
     cpu_has_vnni,
     quantize_graph,
 )
-from .pipeline_question_answering import model_window_layout, tokenize_windows
+from .pipeline_question_answering import ExtractiveQuestionAnsweringPipeline, model_window_layout, tokenize_windows
 from .saving import atomic_directory, open_text
 from .tokenization import TOKENIZER_FILES, missing_tokenizer_files
 
@@ -708,8 +708,6 @@ def answer_agreement(reference_model, model, tokenizer, pairs: list[tuple[str, s
     """The answers of `model` and `reference_model` (question-answering models, PyTorch or ONNX Runtime) to `pairs`
     of (question, context) through the question-answering pipeline: how many are the same text, and the ones that
     are not."""
-    from .pipeline_question_answering import ExtractiveQuestionAnsweringPipeline
-
     questions, contexts = [question for question, _ in pairs], [context for _, context in pairs]
     # The pipeline's default overlap (up to N / 2) leaves short models no room for the questions; any is fair here.
     doc_stride = min(128, reference_model.config.max_sequence_length // 8)

@@ -20,7 +20,7 @@ activation scale covers (`Int8Recipe.activations`):
   has no VNNI (without it int8 products are summed in pairs in 16 bits and can saturate). Faster, but on the demo model
   it changes a quarter of the whole-article answers.
 
-`docs/benchmarks/int8_recipe.json` records the variants measured on a development article before the default was
+`results/benchmarks/int8_recipe.json` records the variants measured on a development article before the default was
 chosen (`benchmarks/int8_recipe.py`).
 """
 

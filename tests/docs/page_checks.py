@@ -25,6 +25,15 @@ from blockbert_benchmarks.measuring.timing import median_paired_ratio
 
 REPO_ROOT = conftest.REPO_ROOT
 README = REPO_ROOT / "README.md"
+# What a reader opens: README.md, the guides in docs/ and the reports beside their data in results/.
+PAGES = [
+    "README.md",
+    *sorted(
+        path.relative_to(REPO_ROOT).as_posix()
+        for folder in ("docs", "results")
+        for path in (REPO_ROOT / folder).rglob("*.md")
+    ),
+]
 
 
 def read_page(page: str) -> str:

@@ -4,11 +4,10 @@ readers at a test that was renamed or removed."""
 import re
 
 import pytest
-from page_checks import REPO_ROOT
+from page_checks import PAGES, REPO_ROOT
 
 
 CITATION = re.compile(r"\b(tests/[\w/]+\.py)::(test_\w+)")
-PAGES = ["README.md", *sorted(path.relative_to(REPO_ROOT).as_posix() for path in (REPO_ROOT / "docs").rglob("*.md"))]
 
 
 def missing_citations(text: str) -> list[str]:

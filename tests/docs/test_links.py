@@ -4,12 +4,11 @@ import re
 from pathlib import Path
 
 import pytest
-from page_checks import REPO_ROOT
+from page_checks import PAGES, REPO_ROOT
 
 
 # [text](target) and ![alt](target), the target without a title; web links and in-page anchors are left out.
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
-PAGES = ["README.md", *sorted(path.relative_to(REPO_ROOT).as_posix() for path in (REPO_ROOT / "docs").rglob("*.md"))]
 
 
 def missing_targets(page: Path) -> list[str]:

@@ -33,7 +33,7 @@ PAGES = [
     "docs/results.md",
     "docs/feature_comparison.md",
     "docs/qa_long_context_data.md",
-    "docs/qa_squad_halves/README.md",
+    "results/qa_squad_halves/README.md",
     "docs/publishing.md",
     "docs/ecosystem.md",
     "docs/export.md",

@@ -17,6 +17,7 @@ import re
 import pytest
 from page_checks import (
     FIGURES_START,
+    PAGES,
     REPO_ROOT,
     Figure,
     Region,
@@ -31,22 +32,22 @@ from page_checks import (
 )
 
 
-TRAIN_STEP = "docs/benchmarks/train_step.json"
-INFERENCE = "docs/benchmarks/inference.json"
-PRETRAINING = "docs/pretraining_comparison/comparison.json"
-QA_HALVES = "docs/qa_squad_halves/eval_metrics.json"
-DEMO = "docs/demo/results.json"
-QA_COMPARISON = "docs/qa_comparison/results.json"
-DURATIONS = "docs/test_durations.json"
+TRAIN_STEP = "results/benchmarks/train_step.json"
+INFERENCE = "results/benchmarks/inference.json"
+PRETRAINING = "results/pretraining_comparison/comparison.json"
+QA_HALVES = "results/qa_squad_halves/eval_metrics.json"
+DEMO = "results/demo/results.json"
+QA_COMPARISON = "results/qa_comparison/results.json"
+DURATIONS = "results/test_durations.json"
 BLOCKWISE_512, FULL_512 = "n512_n2_10-2_seed0", "n512_full_seed0"
 FULL_512_SEED_1, BLOCKWISE_512_N3, SPARSE_512 = "n512_full_seed1", "n512_n3_8-2-2_seed0", "n512_sparse_fixed"
 LONG_1024, LONG_512 = "n1024_n2_10-2", "n512_full_article_seed0"
-LONG_COST = "docs/benchmarks/long_document_cost.json"
+LONG_COST = "results/benchmarks/long_document_cost.json"
 LONG_COST_BLOCKWISE, LONG_COST_SLIDING = "BlockBERT n = 2 (10:2)", "sliding windows, full attention"
 LAYOUT_PREFIXED, LAYOUT_QUESTION_FIRST = "dev_n1024_n2_prefixed_blocks", "dev_n1024_n2_question_first"
 RESULTS = "docs/results.md"
-CPU_THROUGHPUT = "docs/adaptation/cpu_throughput.json"
-REFERENCE_RUN = "docs/adaptation/reference/adaptation_results.json"
+CPU_THROUGHPUT = "results/adaptation/cpu_throughput.json"
+REFERENCE_RUN = "results/adaptation/reference/adaptation_results.json"
 
 
 def reference(key: str):
@@ -65,7 +66,7 @@ def reference_last_change(data) -> float:
     return before - last
 
 
-QA_SPEED = "docs/benchmarks/qa_pipeline_speed.json"
+QA_SPEED = "results/benchmarks/qa_pipeline_speed.json"
 PADDED, FP32, INT8 = "PyTorch, padded", "ONNX Runtime fp32", "ONNX Runtime int8"
 
 
@@ -127,7 +128,7 @@ def long_cost_ratio(pick):
 
 
 def layout_run(cell: str) -> str:
-    return f"docs/qa_recipe/{cell}/results.json"
+    return f"results/qa_recipe/{cell}/results.json"
 
 
 def recipe_dev_f1(data) -> float:
@@ -183,7 +184,7 @@ FIGURES = {
         Figure("evaluations {} apart", REFERENCE_RUN, reference_last_change, "{:.2f}"),
     ],
     RESULTS: [
-        # `make demo`, as run here: its results file (docs/demo).
+        # `make demo`, as run here: its results file (results/demo).
         Figure("with N = {} tokens in", DEMO, json_key("model", "max_seq_length"), "{}"),
         Figure("tokens in {} blocks of", DEMO, json_key("model", "num_blocks"), "{}"),
         Figure("blocks of {}, checks", DEMO, lambda r: r["model"]["max_seq_length"] // r["model"]["num_blocks"], "{}"),
@@ -221,7 +222,7 @@ FIGURES = {
         Figure(", {} (", INFERENCE, time_ratio((8, 1024), "blockbert-n2-sdpa", "roberta-sdpa")),
         Figure(
             "({} in a 10-round repeat)",
-            "docs/benchmarks/inference_8x1024_repeat/inference.json",
+            "results/benchmarks/inference_8x1024_repeat/inference.json",
             time_ratio((8, 1024), "blockbert-n2-sdpa", "roberta-sdpa"),
             "{:.3f}",
         ),
@@ -237,7 +238,7 @@ FIGURES = {
         # full-seed1 re-scored on the masks of the other runs (its logged value used other masks): only in this table.
         Figure(
             "/ {} for full attention (two seeds)",
-            "docs/pretraining_comparison/README.md",
+            "results/pretraining_comparison/README.md",
             markdown_cell("full-seed1", "val. perplexity, same masks"),
             "{:.0f}",
         ),
@@ -258,12 +259,12 @@ FIGURES = {
         # The pipeline's timing is recorded in the run's README only.
         Figure(
             "over a {}-token context",
-            "docs/qa_squad_halves/README.md",
+            "results/qa_squad_halves/README.md",
             text_number(r"a context of ([\d,]+) tokens"),
             "{:,.0f}",
         ),
-        Figure("context in {} s", "docs/qa_squad_halves/README.md", text_number(r"\*\*([\d.]+) s\*\*"), "{:.2f}"),
-        # The QA comparison (docs/qa_comparison) on the recipe chosen in docs/qa_recipe.
+        Figure("context in {} s", "results/qa_squad_halves/README.md", text_number(r"\*\*([\d.]+) s\*\*"), "{:.2f}"),
+        # The QA comparison (results/qa_comparison) on the recipe chosen in docs/qa_recipe.
         Figure("qa_recipe/README.md): {} epochs", QA_COMPARISON, recipe_value(FULL_512, "num_train_epochs"), "{:.0f}"),
         Figure("learning rate {})", QA_COMPARISON, recipe_value(FULL_512, "learning_rate"), "{:g}"),
         Figure(
@@ -365,10 +366,7 @@ def test_every_number_in_a_figures_region_is_registered_or_allowed(page):
 
 
 def test_every_page_with_a_figures_region_is_checked():
-    pages = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").rglob("*.md"))]
-    with_regions = {
-        str(path.relative_to(REPO_ROOT)) for path in pages if FIGURES_START in path.read_text(encoding="utf-8")
-    }
+    with_regions = {page for page in PAGES if FIGURES_START in (REPO_ROOT / page).read_text(encoding="utf-8")}
     assert with_regions <= set(FIGURES), f"figures regions that nothing checks: {sorted(with_regions - set(FIGURES))}"
 
 

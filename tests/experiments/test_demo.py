@@ -307,7 +307,7 @@ def test_the_output_folder_guard_accepts_only_what_the_demo_wrote(demo_cli, tmp_
 def test_the_output_folder_guard_refuses_any_other_folder(demo_cli, tmp_path, capsys, what):
     folder = tmp_path / "folder"
     if what == "qa_comparison copy":
-        shutil.copytree(REPO_ROOT / "docs" / "qa_comparison", folder)
+        shutil.copytree(REPO_ROOT / "results" / "qa_comparison", folder)
     elif what == "other kind":
         _demo_folder(folder, kind="something else")
     elif what == "broken results":

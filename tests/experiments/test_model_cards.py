@@ -189,7 +189,7 @@ def measured(tmp_path, monkeypatch):
     """A repository-like folder: a trained model's config.json and a cell's results file; the current folder."""
     monkeypatch.chdir(tmp_path)
     tiny_config(heads_per_shift="3:1", architectures=["BlockBertForQuestionAnswering"]).save_pretrained("model")
-    results_file = Path("docs/qa_comparison") / CELL / "results.json"
+    results_file = Path("results/qa_comparison") / CELL / "results.json"
     results_file.parent.mkdir(parents=True)
     results_file.write_text(json.dumps(_results()))
     return tmp_path, results_file
@@ -202,7 +202,7 @@ def test_a_results_card_round_trips_every_measured_value(measured):
 
     card = ModelCard.load(path)
     data = card.data.to_dict()
-    assert data["results_file"] == f"docs/qa_comparison/{CELL}/results.json"
+    assert data["results_file"] == f"results/qa_comparison/{CELL}/results.json"
     assert (data["base_model"], data["license"]) == ("sentence-transformers/all-MiniLM-L6-v2", "apache-2.0")
     assert (data["pipeline_tag"], data["datasets"]) == ("question-answering", ["rajpurkar/squad"])
     values = {(r.dataset_args["test_set"], r.metric_type): r.metric_value for r in card.data.eval_results}
@@ -249,7 +249,7 @@ def test_a_results_card_quotes_the_comparison_report_for_its_cell(measured):
     text = results_card("model", results_file, "tiny").text
     assert "Difference to the baseline `n64_full_seed0`" in text and "Seed spread" not in text
     assert "| `sweep_512` | **+5.0 [+1.0, +9.0]** | -2.0 [-6.5, +2.5] | 24 |" in text
-    assert "copied from the comparison's report `docs/qa_comparison/results.json`" in text
+    assert "copied from the comparison's report `results/qa_comparison/results.json`" in text
     report["baseline"] = CELL
     (results_file.parent.parent / "results.json").write_text(json.dumps(report))
     assert "This model is the comparison's baseline" in results_card("model", results_file, "tiny").text

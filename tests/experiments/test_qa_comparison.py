@@ -367,7 +367,7 @@ def test_the_objective_runs_differ_only_in_objective_and_the_long_models_take_th
 
 
 def test_the_recipe_report_tables_the_screening_then_the_epoch_curve_and_states_both_choices(tmp_path):
-    measured = json.loads((REPO_ROOT / "docs" / "qa_recipe" / "dev_n512_full_lr0.0001" / "results.json").read_text())
+    measured = json.loads((REPO_ROOT / "results" / "qa_recipe" / "dev_n512_full_lr0.0001" / "results.json").read_text())
 
     def write(cell, learning_rate, epochs, f1, after_each_epoch=(), resumed=0):
         results = copy.deepcopy(measured)
@@ -733,7 +733,7 @@ def test_the_objective_screen_runs_both_objectives_on_the_dev_articles_and_the_r
     folder holds the recipe chosen so far (the committed screening, epoch and layout runs), the two objective cells
     train on its learning rate and epochs, and the report then chooses between them."""
     recipe = tiny_dev_setup / "recipe"
-    shutil.copytree(REPO_ROOT / "docs" / "qa_recipe", recipe)
+    shutil.copytree(REPO_ROOT / "results" / "qa_recipe", recipe)
     config = _config(
         tiny_setup, data_dir=str(tiny_dev_setup / "data"), work_dir=str(tiny_dev_setup / "work"),
         results_dir=str(recipe), recipe_dir=str(recipe), grid="objective", doc_stride=16, max_train_samples=4,
@@ -1111,7 +1111,7 @@ def test_the_long_arm_averaged_over_seeds_gives_the_t_interval_each_seed_and_bot
 # The report's provenance: the recipe and commands from the cells' records, and what the data let one conclude
 # ---------------------------------------------------------------------------------------------------------------------
 
-COMMITTED = REPO_ROOT / "docs" / "qa_comparison"
+COMMITTED = REPO_ROOT / "results" / "qa_comparison"
 
 
 def _committed_records(folder: Path) -> Path:
@@ -1124,14 +1124,14 @@ def _committed_records(folder: Path) -> Path:
 
 def _provenance(folder: Path) -> list[str]:
     """The generated texts of the README that the cells' records and the question list fix."""
-    config = ComparisonConfig(results_dir="docs/qa_comparison")
+    config = ComparisonConfig(results_dir="results/qa_comparison")
     results = load_results(replace(config, results_dir=str(folder)))
     questions = json.loads((COMMITTED / "questions.json").read_text())
     return [recipe_section(results), driver_commands(results, config, GRID), reading_notes(results, questions)]
 
 
 def test_the_committed_report_states_the_recipe_and_commands_its_cells_recorded(tmp_path):
-    """docs/qa_comparison/README.md says what each cell ran as the cell's results.json records it (the report
+    """results/qa_comparison/README.md says what each cell ran as the cell's results.json records it (the report
     command's own defaults, 1 epoch at 5e-5, are no cell's recipe) and runs the cells with those options."""
     readme = (COMMITTED / "README.md").read_text()
     for text in _provenance(_committed_records(tmp_path / "records")):

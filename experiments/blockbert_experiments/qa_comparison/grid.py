@@ -285,7 +285,7 @@ class ComparisonConfig:
         default="outputs/qa_comparison", metadata={"help": "converted models, checkpoints, predictions (large)"}
     )
     results_dir: str = field(
-        default="docs/qa_comparison", metadata={"help": "small result files, the report and the plot"}
+        default="results/qa_comparison", metadata={"help": "small result files, the report and the plot"}
     )
     grid: str = field(
         default="comparison",
@@ -326,7 +326,7 @@ class ComparisonConfig:
     recipe_dir: str | None = field(
         default=None,
         metadata={
-            "help": "the results folder of the recipe choice (e.g. docs/qa_recipe): the learning rate, epochs, window "
+            "help": "the results folder of the recipe choice (e.g. results/qa_recipe): the learning rate, epochs, window "
             "scoring and the long models' window layout are then the ones chosen there (it is an error if one is not "
             "chosen yet), and their training objective once it is chosen there, overriding the options below"
         },

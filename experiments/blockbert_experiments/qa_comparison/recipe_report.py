@@ -208,6 +208,12 @@ class RecipeRuns:
     layout: dict | None
     objective: dict | None
 
+    @property
+    def pending(self) -> list[str]:
+        """The cells of every recipe grid that have no results yet."""
+        grids = RECIPE_GRID + EPOCHS_GRID + LAYOUT_GRID + OBJECTIVE_GRID
+        return [cell.name for cell in grids if cell.name not in self.found]
+
 
 def recipe_runs(config: ComparisonConfig) -> RecipeRuns:
     """The runs in `config.results_dir` and the choices that `CHOICE_RULE`, `EPOCHS_RULE`, `LAYOUT_RULE` and
@@ -254,26 +260,12 @@ def apply_recipe_choice(config: ComparisonConfig) -> ComparisonConfig:
     )
 
 
-def write_recipe_report(config: ComparisonConfig) -> dict:
-    """Writes `README.md` of the recipe choice into the results folder from the screening cells' results."""
-    runs = recipe_runs(config)
-    found, results, epoch_runs, layout_runs = runs.found, runs.screening, runs.epoch_runs, runs.layout_runs
-    choice, epochs, layout, objective = runs.choice, runs.epochs, runs.layout, runs.objective
-    header = ["cell", "lr", "epochs", "final train loss", "train wall min", "training precision"]
-    for set_name in DEV_SETS:
-        header += [f"{set_name} F1 ({rule})" for rule in WINDOW_SCORING_RULES] + [f"{set_name} loss"]
-    header.append("mean F1 (null_relative)")
-    rows = [_row(name, entry) for name, entry in results.items()]
-    grids = RECIPE_GRID + EPOCHS_GRID + LAYOUT_GRID + OBJECTIVE_GRID
-    pending = [cell.name for cell in grids if cell.name not in found]
-    commands = "\n".join(command for entry in found.values() for command in entry["commands"])
-    epoch_rows = [_row(name, entry) for name, entry in epoch_runs.items()]
-    epoch_header = ["cell", "epoch", "step", "train loss", "dev_window_512 loss", "EM", "F1"]
-    machines = [
-        f"- {name}: {'; '.join(entry['train'].get('machines') or ['not recorded'])}" for name, entry in found.items()
-    ]
-    chosen_rate = f" --learning_rate {choice['learning_rate']:g}" if choice else " --learning_rate <the chosen rate>"
-    text = [
+def _screening_section(config: ComparisonConfig, runs: RecipeRuns, header: list[str]) -> list[str]:
+    """The learning-rate screening: how it ran, its table and its choice."""
+    choice = runs.choice
+    rows = [_row(name, entry) for name, entry in runs.screening.items()]
+    pending = runs.pending
+    return [
         "# Choosing the fine-tuning recipe on the dev articles",
         "",
         "Full attention at N = 512 from all-MiniLM-L6-v2, one epoch at each learning rate, trained on the first "
@@ -295,6 +287,15 @@ def write_recipe_report(config: ComparisonConfig) -> dict:
             else "not yet (every screening run needs its dev results)."
         ),
         "",
+    ]
+
+
+def _epochs_section(runs: RecipeRuns, header: list[str]) -> list[str]:
+    """The epoch run: dev results after each epoch and at the end, and the epochs chosen."""
+    epoch_runs, epochs = runs.epoch_runs, runs.epochs
+    epoch_rows = [_row(name, entry) for name, entry in epoch_runs.items()]
+    epoch_header = ["cell", "epoch", "step", "train loss", "dev_window_512 loss", "EM", "F1"]
+    return [
         "## Epochs",
         "",
         EPOCHS_RULE,
@@ -312,12 +313,19 @@ def write_recipe_report(config: ComparisonConfig) -> dict:
             else "not yet (the epoch run needs its dev F1 after each epoch)."
         ),
         "",
+    ]
+
+
+def _long_model_sections(runs: RecipeRuns, header: list[str]) -> list[str]:
+    """The long model's window layout and training objective: their tables and choices."""
+    layout, objective = runs.layout, runs.objective
+    return [
         "## The long model's window layout",
         "",
         LAYOUT_RULE,
         "",
-        _table(header, [_row(name, entry) for name, entry in layout_runs.items()])
-        if layout_runs
+        _table(header, [_row(name, entry) for name, entry in runs.layout_runs.items()])
+        if runs.layout_runs
         else "No layout run has results yet.\n",
         "**Choice**: "
         + (
@@ -341,6 +349,14 @@ def write_recipe_report(config: ComparisonConfig) -> dict:
             else "not yet (both objective runs need their dev results at the chosen learning rate and epochs)."
         ),
         "",
+    ]
+
+
+def _commands_section(config: ComparisonConfig, runs: RecipeRuns) -> list[str]:
+    """The commands that run and report the screening, the steps each run ran, and where each trained."""
+    choice, found = runs.choice, runs.found
+    chosen_rate = f" --learning_rate {choice['learning_rate']:g}" if choice else " --learning_rate <the chosen rate>"
+    return [
         "## Commands",
         "",
         "```bash",
@@ -363,20 +379,38 @@ def write_recipe_report(config: ComparisonConfig) -> dict:
         "The steps each run ran:",
         "",
         "```bash",
-        commands,
+        "\n".join(command for entry in found.values() for command in entry["commands"]),
         "```",
         "",
         "Where each run trained:",
         "",
-        *machines,
+        *(
+            f"- {name}: {'; '.join(entry['train'].get('machines') or ['not recorded'])}"
+            for name, entry in found.items()
+        ),
         "",
+    ]
+
+
+def write_recipe_report(config: ComparisonConfig) -> dict:
+    """Writes `README.md` of the recipe choice into the results folder from the screening cells' results."""
+    runs = recipe_runs(config)
+    header = ["cell", "lr", "epochs", "final train loss", "train wall min", "training precision"]
+    for set_name in DEV_SETS:
+        header += [f"{set_name} F1 ({rule})" for rule in WINDOW_SCORING_RULES] + [f"{set_name} loss"]
+    header.append("mean F1 (null_relative)")
+    text = [
+        *_screening_section(config, runs, header),
+        *_epochs_section(runs, header),
+        *_long_model_sections(runs, header),
+        *_commands_section(config, runs),
     ]
     write_file_atomically(Path(config.results_dir) / "README.md", "\n".join(text))
     return {
-        "cells": list(found),
-        "choice": choice,
-        "epochs": epochs,
-        "layout": layout,
-        "objective": objective,
-        "pending": pending,
+        "cells": list(runs.found),
+        "choice": runs.choice,
+        "epochs": runs.epochs,
+        "layout": runs.layout,
+        "objective": runs.objective,
+        "pending": runs.pending,
     }

@@ -85,12 +85,12 @@ logger = get_logger(__name__)
 
 # Fine-tuning defaults: 4 epochs (the paper's), linear decay with 10 percent warmup, batch 32 and a learning rate picked
 # on the dev set from this grid (the usual BERT/RoBERTa-base SQuAD settings; not re-checked against the paper's
-# appendix). Small models want more: docs/qa_recipe measured all-MiniLM-L6-v2 at batch 16 best at 2e-4.
+# appendix). Small models want more: results/qa_recipe measured all-MiniLM-L6-v2 at batch 16 best at 2e-4.
 LEARNING_RATE_GRID = (1e-5, 2e-5, 3e-5, 5e-5)
 MINILM_LEARNING_RATE = 2e-4
 MODEL_DIR = "model"
 # The layout of a model with block-relative positions whose windows span several blocks, unless it records another:
-# docs/qa_recipe measured it far above question_first there (dev F1 51.2 against 11.0 at N = 1024, n = 2).
+# results/qa_recipe measured it far above question_first there (dev F1 51.2 against 11.0 at N = 1024, n = 2).
 BLOCK_RELATIVE_WINDOW_LAYOUT = "question_prefixed_blocks"
 
 
@@ -154,7 +154,7 @@ class QARunConfig:
             "or every block of the model's block size b holding the question then its chunk of the context (for "
             "BlockBERT, best with block_relative_positions); default: the layout the model was fine-tuned on, else "
             f"{BLOCK_RELATIVE_WINDOW_LAYOUT} for a model with block_relative_positions whose windows span more than "
-            "one block (measured far better there: dev F1 51.2 against 11.0, docs/qa_recipe), else question_first; "
+            "one block (measured far better there: dev F1 51.2 against 11.0, results/qa_recipe), else question_first; "
             "saved with a fine-tuned model"
         },
     )
@@ -176,7 +176,7 @@ class QARunConfig:
         metadata={
             "help": f"pick it on the dev set: {', '.join(map(str, LEARNING_RATE_GRID))} are the usual settings for "
             f"BERT/RoBERTa-base; small models want more (all-MiniLM-L6-v2 at batch 16: {MINILM_LEARNING_RATE} scored "
-            "best of 5e-5, 1e-4, 2e-4 and 3e-4, which diverged; docs/qa_recipe)"
+            "best of 5e-5, 1e-4, 2e-4 and 3e-4, which diverged; results/qa_recipe)"
         },
     )
     weight_decay: float = 0.01
@@ -821,7 +821,7 @@ def _check_qa_objective(config: QARunConfig) -> None:
 def default_window_layout(model_config, max_seq_length: int) -> str | None:
     """The window layout a run takes without `--window_layout` where the model records none:
     `question_prefixed_blocks` for a BlockBERT model with block-relative positions whose windows of `max_seq_length`
-    tokens span more than one block (measured far better there, docs/qa_recipe); None (the model's recorded layout,
+    tokens span more than one block (measured far better there, results/qa_recipe); None (the model's recorded layout,
     else question_first) otherwise."""
     if "window_layout" in qa_settings(model_config) or not getattr(model_config, "block_relative_positions", False):
         return None
