@@ -116,6 +116,13 @@ class OnnxExportArguments:
             "the one that made it)"
         },
     )
+    fused_attention: bool = field(
+        default=True,
+        metadata={
+            "help": "attention as ONNX Runtime's fused MultiHeadAttention (faster; runs on ONNX Runtime only); "
+            "--no_fused_attention keeps it as standard ONNX ops, for other ONNX back ends"
+        },
+    )
     overwrite: bool = field(default=False, metadata={"help": "replace a non-empty output folder"})
 
     def __post_init__(self):
@@ -341,43 +348,48 @@ def export_program(model: torch.nn.Module) -> ExportedBlockBert:
     return ExportedBlockBert(programs)
 
 
-def export_onnx(model: torch.nn.Module, path: str | Path) -> list[str]:
+def export_onnx(model: torch.nn.Module, path: str | Path, fused_attention: bool = True) -> list[str]:
     """Writes `model` as an ONNX file with dynamic batch size and sequence length, taking `input_names(model.config)`;
     returns its output names. A blockwise model's two programs (`length_ranges`) are joined in the file by an `If`
-    on the input's length, their weights stored once (`onnx_length_switch`). As `export_program`, it exports the eval
-    mode and leaves the model in the mode it was in."""
+    on the input's length, their weights stored once (`onnx_length_switch`). With `fused_attention` (where the
+    pattern allows it), attention is ONNX Runtime's fused `MultiHeadAttention` (`onnx_attention`); without, standard
+    ONNX ops that any back end runs. As `export_program`, it exports the eval mode and leaves the model in the mode it
+    was in."""
     check_exportable(model.config, type(model).__name__)
     with _in_eval_mode(model):
-        return _export_onnx(model, path)
+        return _export_onnx(model, path, fused_attention)
 
 
-def _export_onnx(model: torch.nn.Module, path: str | Path) -> list[str]:
+def _export_onnx(model: torch.nn.Module, path: str | Path, fused_attention: bool) -> list[str]:
     import onnx
 
+    from .onnx_attention import exported_attention, skip_mask_when_all_keys_real
     from .onnx_length_switch import switch_by_length
 
     wrapper = ExportableBlockBert(model)
     names = input_names(model.config)
     graphs = []
-    for lengths in length_ranges(model.config):
-        inputs = example_inputs(model.config, seq_len=example_length(lengths))
-        with torch.no_grad():
-            program = torch.onnx.export(
-                wrapper,
-                tuple(inputs[name] for name in names),
-                input_names=list(names),
-                output_names=wrapper.output_names,
-                dynamic_shapes=tuple(dynamic_shapes(model.config, lengths).values()),
-                dynamo=True,
-                verbose=False,
-            )
-        graphs.append((lengths, program.model_proto))
+    with exported_attention(model, fused_attention) as translations:
+        for lengths in length_ranges(model.config):
+            inputs = example_inputs(model.config, seq_len=example_length(lengths))
+            with torch.no_grad():
+                program = torch.onnx.export(
+                    wrapper,
+                    tuple(inputs[name] for name in names),
+                    input_names=list(names),
+                    output_names=wrapper.output_names,
+                    dynamic_shapes=tuple(dynamic_shapes(model.config, lengths).values()),
+                    custom_translation_table=translations,
+                    dynamo=True,
+                    verbose=False,
+                )
+            graphs.append((lengths, program.model_proto))
     if len(graphs) == 1:
         onnx_model = graphs[0][1]
     else:
         (short_lengths, short), (_, long) = graphs
         onnx_model = switch_by_length(short, long, short_lengths[1])
-    onnx.save(onnx_model, str(path))
+    onnx.save(skip_mask_when_all_keys_real(onnx_model), str(path))
     return wrapper.output_names
 
 
@@ -578,25 +590,27 @@ def quantize_int8(folder: str | Path, recipe: Int8Recipe | None = None, file_nam
     """Writes `folder/model_int8.onnx` (or `file_name`): the int8 quantization of `folder/model.onnx` as `recipe` says
     (default `Int8Recipe()`: int8 weights for the matrix products with a weight, activations quantized at run time
     per token and block of channels, the task head and the embeddings in fp32; `blockbert_hf.onnx_quantization`). The
-    quantizers do not look inside an `If`, so a model joined by length is quantized graph by graph and joined again.
+    quantizers do not look inside an `If`, so a model joined by length is quantized graph by graph and joined again,
+    with fused attention always masked while they run (`onnx_attention.always_masked`).
     Returns the recipe applied (`reduce_range` decided for this CPU)."""
     import onnx
 
+    from .onnx_attention import always_masked, skip_mask_when_all_keys_real
     from .onnx_length_switch import split_by_length, switch_by_length
 
     folder = Path(folder)
-    graphs = split_by_length(onnx.load(folder / ONNX_FILE))
-    if graphs is None:
-        return quantize_graph(folder / ONNX_FILE, folder / file_name, recipe)
-    short, long, short_max_length = graphs
+    model = onnx.load(folder / ONNX_FILE)
+    graphs = split_by_length(model)
+    short_max_length = None if graphs is None else graphs[2]
     with tempfile.TemporaryDirectory(dir=folder) as scratch:
         quantized = []
-        for name, graph in (("short", short), ("long", long)):
+        for name, graph in [("model", model)] if graphs is None else [("short", graphs[0]), ("long", graphs[1])]:
             source, target = Path(scratch, f"{name}.onnx"), Path(scratch, f"{name}_int8.onnx")
-            onnx.save(graph, source)
+            onnx.save(always_masked(graph), source)
             applied = quantize_graph(source, target, recipe)
             quantized.append(onnx.load(target))
-        onnx.save(switch_by_length(*quantized, short_max_length), folder / file_name)
+        joined = quantized[0] if graphs is None else switch_by_length(*quantized, short_max_length)
+        onnx.save(skip_mask_when_all_keys_real(joined), folder / file_name)
     return applied
 
 
@@ -766,8 +780,10 @@ def export_onnx_folder(
     quantize: bool = False,
     recipe: Int8Recipe | None = None,
     verification_questions: list[tuple[str, str]] | None = None,
+    fused_attention: bool = True,
 ) -> dict[int, float]:
-    """Exports the model in `model_folder` to `output_folder/model.onnx` (with its config and tokenizer), after
+    """Exports the model in `model_folder` to `output_folder/model.onnx` (with its config and tokenizer; attention
+    fused where `fused_attention`, see `export_onnx`), after
     checking that ONNX Runtime matches the eager model within `tolerance` on question/context pairs of real text
     (`text`, default `VERIFICATION_TEXT`) at `verification_lengths` (`verification_batches`).
 
@@ -798,7 +814,7 @@ def export_onnx_folder(
     model_class = getattr(modeling_blockbert, (config.architectures or ["BlockBertModel"])[0])
     model = model_class.from_pretrained(model_folder, attn_implementation="sdpa").eval()
     with atomic_directory(output_folder) as staging:
-        export_onnx(model, staging / ONNX_FILE)
+        export_onnx(model, staging / ONNX_FILE, fused_attention)
         runner = OnnxBlockBert(staging, model.config, ONNX_FILE)
         differences = max_difference(model, runner, batches)
         worst = max(differences.values())
@@ -825,5 +841,12 @@ def export_onnx_command(model_folder: str, output_folder: str, args: OnnxExportA
         if not text.strip():
             raise ValueError(f"--text_file {args.text_file} is empty: give a file of real text, or leave it out.")
     return export_onnx_folder(
-        model_folder, output_folder, text, args.tolerance, args.overwrite, args.quantize, recipe=args.int8_recipe()
+        model_folder,
+        output_folder,
+        text,
+        args.tolerance,
+        args.overwrite,
+        args.quantize,
+        recipe=args.int8_recipe(),
+        fused_attention=args.fused_attention,
     )

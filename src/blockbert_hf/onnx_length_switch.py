@@ -41,26 +41,55 @@ def _copy(proto, name: str):
     return copy
 
 
-def _renamed_graph(graph: onnx.GraphProto, rename, node_name, keep_initializer, inputs, name) -> onnx.GraphProto:
-    """`graph` with every value name passed through `rename`, node names through `node_name`, only the initializers
-    `keep_initializer` accepts, and `inputs` as its inputs."""
-    nodes = []
-    for index, node in enumerate(graph.node):
-        nodes.append(_copy(node, node_name(node.name or f"{node.op_type}_{index}")))  # unnamed nodes get a name
-        nodes[-1].input[:] = [rename(value) for value in node.input]
-        nodes[-1].output[:] = [rename(value) for value in node.output]
+def _renamed_nodes(nodes, rename, node_name, path: str = "") -> list[onnx.NodeProto]:
+    """Copies of `nodes` with every value name passed through `rename` and node names through `node_name`, inside the
+    graphs they hold too (an `If` branch reads the values of the graph around it by name)."""
+    renamed = []
+    for index, node in enumerate(nodes):
+        renamed.append(_copy(node, node_name(node.name or f"{path}{node.op_type}_{index}")))  # unnamed: a name
+        renamed[-1].input[:] = [rename(value) for value in node.input]
+        renamed[-1].output[:] = [rename(value) for value in node.output]
+        for attribute in renamed[-1].attribute:
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                attribute.g.CopyFrom(_renamed_subgraph(attribute.g, rename, node_name, f"{renamed[-1].name}/"))
+            elif attribute.type == onnx.AttributeProto.GRAPHS:
+                for graph in attribute.graphs:
+                    graph.CopyFrom(_renamed_subgraph(graph, rename, node_name, f"{renamed[-1].name}/"))
+    return renamed
+
+
+def _renamed_subgraph(graph: onnx.GraphProto, rename, node_name, path: str) -> onnx.GraphProto:
+    inputs = [_copy(value, rename(value.name)) for value in graph.input]
+    return _renamed_graph(graph, rename, node_name, lambda name: True, inputs, graph.name, path)
+
+
+def _renamed_graph(
+    graph: onnx.GraphProto, rename, node_name, keep_initializer, inputs, name, path: str = ""
+) -> onnx.GraphProto:
+    """`graph` with every value name passed through `rename`, node names through `node_name` (in nested graphs too),
+    only the initializers `keep_initializer` accepts, and `inputs` as its inputs."""
+    nodes = _renamed_nodes(graph.node, rename, node_name, path)
     initializers = [_copy(value, rename(value.name)) for value in graph.initializer if keep_initializer(value.name)]
     outputs = [_copy(value, rename(value.name)) for value in graph.output]
     value_info = [_copy(value, rename(value.name)) for value in graph.value_info]
     return helper.make_graph(nodes, name, inputs, outputs, initializers, value_info=value_info)
 
 
+def _values_read(graph: onnx.GraphProto) -> set[str]:
+    """The names the nodes of `graph` read, in the graphs they hold too."""
+    read = set()
+    for node in graph.node:
+        read.update(node.input)
+        for attribute in node.attribute:
+            nested = [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else list(attribute.graphs)
+            for subgraph in nested:
+                read |= _values_read(subgraph)
+    return read
+
+
 def _as_branch(graph: onnx.GraphProto, prefix: str, shared: dict[str, str], outer_inputs: set[str]) -> onnx.GraphProto:
     """`graph` as the body of an `If` branch: no inputs of its own (it reads the outer graph's inputs and shared
     weights by name), every other name prefixed so the two branches cannot collide."""
-    nested = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
-    if any(attribute.type in nested for node in graph.node for attribute in node.attribute):
-        raise ValueError("The exported graph has a nested graph; it cannot be joined by length.")
 
     def rename(name: str) -> str:
         return name if not name or name in outer_inputs else shared.get(name, prefix + name)
@@ -115,7 +144,7 @@ def _as_model(switch: onnx.ModelProto, branch: onnx.GraphProto, prefix: str) -> 
         return name.removeprefix(prefix)
 
     graph = _renamed_graph(branch, restore, restore, lambda name: True, outer.input, outer.name)
-    used = {value for node in branch.node for value in node.input}
+    used = _values_read(branch)
     graph.initializer.extend(value for value in outer.initializer if value.name in used)
     model = helper.make_model(graph, opset_imports=switch.opset_import, ir_version=switch.ir_version)
     model.producer_name, model.producer_version = switch.producer_name, switch.producer_version

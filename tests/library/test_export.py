@@ -468,8 +468,8 @@ def test_quantizing_per_block_refuses_an_onnx_runtime_without_its_kernels(saved_
 
 def test_the_onnx_file_joins_the_programs_by_length_and_stores_the_weights_once(exported_qa_model, saved_qa_model):
     """model.onnx and model_int8.onnx each hold the program up to b (32) and the one above behind an `If` on the
-    length; the weights are stored once, attention takes an additive mask (a boolean one adds a NaN check over all
-    probabilities), and the int8 file quantizes the matrix products of both."""
+    length; the weights are stored once, no NaN check runs over attention probabilities, and the int8 file quantizes
+    the matrix products of both."""
     import onnx
     from onnx import numpy_helper
 
@@ -599,6 +599,48 @@ def test_onnx_runtime_matches_eager_at_every_length(exported_qa_model, saved_qa_
     model = BlockBertForQuestionAnswering.from_pretrained(saved_qa_model).eval()
     differences = max_differences(onnx_runner(out, model.config), model, range(1, 65))
     assert max(differences.values()) < 1e-4, differences
+
+
+def attention_ops(graph) -> collections.Counter:
+    """How many nodes of each attention op `graph` holds, inside the `If` branches of its fused attention too."""
+    counts = collections.Counter(
+        node.op_type for node in graph.node if node.op_type in ("MultiHeadAttention", "Softmax")
+    )
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.HasField("g"):
+                counts += attention_ops(attribute.g)
+    return counts
+
+
+def test_exported_attention_is_fused_and_skips_the_mask_without_padding(exported_qa_model, tmp_path):
+    """In both programs each head group's attention (2 layers x 2 shifts) is one MultiHeadAttention node inside an `If`
+    on its key mask: without a mask (query, key, value) when no key of the batch is masked, with it otherwise. That
+    both give eager's outputs: test_onnx_runtime_matches_eager_at_every_length, on unpadded and padded batches. A
+    "sparse_fixed" model (its mask depends on the query) and `fused_attention=False` keep standard ops."""
+    import onnx
+
+    from blockbert_hf.onnx_length_switch import split_by_length
+
+    short, long, _ = split_by_length(onnx.load(exported_qa_model[2] / blockbert_export.ONNX_FILE))
+    for program in (short, long):
+        switches = [node for node in program.graph.node if node.op_type == "If"]
+        assert len(switches) == 2 * 2
+        for switch in switches:
+            branches = {attribute.name: attribute.g for attribute in switch.attribute}
+            (unmasked,), (masked,) = branches["then_branch"].node, branches["else_branch"].node
+            assert unmasked.op_type == masked.op_type == "MultiHeadAttention"
+            assert len(unmasked.input) == 3 and masked.input[4]
+        assert attention_ops(program.graph) == {"MultiHeadAttention": 2 * 2 * 2}
+
+    model = make_model(BlockBertForQuestionAnswering, tiny_config())
+    blockbert_export.export_onnx(model, tmp_path / blockbert_export.ONNX_FILE, fused_attention=False)
+    assert set(attention_ops(onnx.load(tmp_path / blockbert_export.ONNX_FILE).graph)) == {"Softmax"}
+    differences = max_differences(onnx_runner(tmp_path, model.config), model, grid_lengths(model.config))
+    assert max(differences.values()) < 1e-4, differences
+    sparse = make_model(BlockBertModel, tiny_config(**CONFIGS["sparse_fixed"]))
+    blockbert_export.export_onnx(sparse, tmp_path / "sparse.onnx")
+    assert set(attention_ops(onnx.load(tmp_path / "sparse.onnx").graph)) == {"Softmax"}
 
 
 def test_onnx_runtime_helper_checks_inputs_on_the_host(exported_qa_model):

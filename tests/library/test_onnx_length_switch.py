@@ -73,3 +73,45 @@ def test_split_gives_back_the_two_graphs():
 def test_graphs_with_other_inputs_are_refused():
     with pytest.raises(ValueError, match="take different inputs"):
         switch_by_length(graph_model("short"), graph_model("long", input_name="ids"), short_max_length=3)
+
+
+def with_nested_graph(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` with its last node (`Add`) inside an `If` on whether the first id is even: both branches compute the
+    same sum, from the values and weights of the graph around them."""
+    add = model.graph.node[-1]
+
+    def branch(name: str) -> onnx.GraphProto:
+        inner = helper.make_node("Add", list(add.input), [f"{name}_sum"])
+        output = helper.make_tensor_value_info(f"{name}_sum", TensorProto.FLOAT, None)
+        return helper.make_graph([inner], name, [], [output])
+
+    nodes = [
+        *model.graph.node[:-1],
+        helper.make_node("ReduceMin", ["input_ids"], ["smallest"], keepdims=0),
+        helper.make_node("Mod", ["smallest", "two"], ["remainder"]),
+        helper.make_node("Equal", ["remainder", "zero"], ["even"]),
+        helper.make_node("If", ["even"], list(add.output), then_branch=branch("even"), else_branch=branch("odd")),
+    ]
+    constants = [
+        numpy_helper.from_array(np.array(value, dtype=np.int64), name) for name, value in (("two", 2), ("zero", 0))
+    ]
+    graph = helper.make_graph(
+        nodes, "model", model.graph.input, model.graph.output, [*model.graph.initializer, *constants]
+    )
+    return helper.make_model(graph, opset_imports=model.opset_import)
+
+
+def test_graphs_holding_nested_graphs_are_joined_and_split():
+    """The exported graphs hold an `If` per attention call (`onnx_attention.skip_mask_when_all_keys_real`): the names
+    its branches read are renamed with the graph around them."""
+    short = with_nested_graph(graph_model("short", constant=1.0))
+    long = with_nested_graph(graph_model("long", constant=2.0))
+    joined = switch_by_length(short, long, short_max_length=3)
+    for length in (1, 3, 4, 7):
+        input_ids = np.arange(2 * length, dtype=np.int64).reshape(2, length) + length % 2
+        expected = run(short if length <= 3 else long, input_ids)
+        np.testing.assert_array_equal(run(joined, input_ids), expected)
+    split_short, split_long, _ = split_by_length(joined)
+    input_ids = np.arange(10, dtype=np.int64).reshape(2, 5)
+    np.testing.assert_array_equal(run(split_short, input_ids), run(short, input_ids))
+    np.testing.assert_array_equal(run(split_long, input_ids), run(long, input_ids))
