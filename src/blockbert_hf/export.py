@@ -783,9 +783,9 @@ def export_onnx_folder(
     fused_attention: bool = True,
 ) -> dict[int, float]:
     """Exports the model in `model_folder` to `output_folder/model.onnx` (with its config and tokenizer; attention
-    fused where `fused_attention`, see `export_onnx`), after
-    checking that ONNX Runtime matches the eager model within `tolerance` on question/context pairs of real text
-    (`text`, default `VERIFICATION_TEXT`) at `verification_lengths` (`verification_batches`).
+    fused where `fused_attention`, see `export_onnx`), after checking that ONNX Runtime matches the eager model within
+    `tolerance` on question/context pairs of real text (`text`, default `VERIFICATION_TEXT`) at
+    `verification_lengths` (`verification_batches`).
 
     With `quantize`, also writes `model_int8.onnx` (`quantize_int8` with `recipe`) and `quantization.json`
     (`int8_report`): the recipe, its max difference per length measured the same way, and for a question-answering
