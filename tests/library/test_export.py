@@ -784,7 +784,7 @@ def test_export_command_writes_nothing_when_onnx_runtime_disagrees(
     make_model(BlockBertForQuestionAnswering, tiny_config(vocab_size=len(tokenizer))).save_pretrained(other)
     tokenizer.save_pretrained(other)
 
-    def export_the_wrong_model(model, path):
+    def export_the_wrong_model(model, path, fused_attention=True):
         shutil.copyfile(exported_qa_model[2] / "model.onnx", path)
         return ["start_logits", "end_logits"]
 
