@@ -42,6 +42,7 @@ WHEEL_MODULES = {
         "saving",
         "extras",
         "export",
+        "onnx_attention",
         "onnx_length_switch",
         "onnx_quantization",
         "model_card",
