@@ -4,7 +4,7 @@ kernel, what users run today), and, from N = 1024 on, BlockBERT n = 2 on flex_at
 
     python benchmarks/gpu_efficiency.py --output_dir results/benchmarks       # CUDA, BERT-base: about 6 minutes (H200)
     python benchmarks/gpu_efficiency.py --tiny                             # tiny sizes on the CPU, in seconds
-    python benchmarks/gpu_efficiency.py --render results/benchmarks/gpu_efficiency.json   # the .md again, from the .json
+    python benchmarks/gpu_efficiency.py --render results/benchmarks/gpu_efficiency.json  # the .md again, from the .json
 
 Parts (--parts), each within its time budget (--budgets; default in seconds: train 180, inference 100, max_batch 60,
 long_document 40, planned for one H200):

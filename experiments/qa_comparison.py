@@ -8,7 +8,8 @@ test sets (see results/qa_comparison/README.md).
     python experiments/qa_comparison.py report            # table, plot, intervals from the cells finished so far
     python experiments/qa_comparison.py run --grid recipe --effective_batch_size 16 --mixed_precision bf16
                                                           # the learning-rate screening on the dev articles
-    python experiments/qa_comparison.py run --grid objective --recipe_dir results/qa_recipe --results_dir results/qa_recipe
+    python experiments/qa_comparison.py run --grid objective --recipe_dir results/qa_recipe \
+        --results_dir results/qa_recipe
                                                           # the long model's training objective, on the recipe
                                                           # chosen so far (window against per_block, dev articles)
     python experiments/qa_comparison.py run --recipe_dir results/qa_recipe --effective_batch_size 16

@@ -66,6 +66,40 @@ def reference_last_change(data) -> float:
     return before - last
 
 
+PAIR_RUN = "results/adaptation/n512_pair_cpu/adaptation_results.json"
+PAIR_DIAGNOSTIC = "results/adaptation/n512_pair_cpu/diagnostic_{}.json"
+PAIR_FULL, PAIR_N2 = "full_n512", "n512_n2_10-2"
+
+
+def pair_run(run: str, key: str):
+    return json_key("runs", run, key)
+
+
+def pair_steps(data) -> int:
+    """Optimizer steps of the pair's control run, from its recorded command."""
+    command = data["runs"][PAIR_FULL]["commands"][0].split()
+    return int(command[command.index("--max_train_steps") + 1])
+
+
+def pair_gap(key: str):
+    """n = 2's held-out loss minus full attention's, before or after the runs."""
+    return lambda data: data["runs"][PAIR_N2][key] - data["runs"][PAIR_FULL][key]
+
+
+def late_fall(run: str):
+    """How much a run's held-out loss fell between its third-last and second-last evaluations."""
+    return lambda data: (
+        data["runs"][run]["held_out_loss_curve"][-3][1] - data["runs"][run]["held_out_loss_curve"][-2][1]
+    )
+
+
+def late_steps(position: int):
+    """The step of a pair run's evaluation at `position` (from the end), from its tokens and the batch."""
+    return lambda data: (
+        data["runs"][PAIR_FULL]["held_out_loss_curve"][position][0] // data["settings"]["tokens_per_batch"]
+    )
+
+
 QA_SPEED = "results/benchmarks/qa_pipeline_speed.json"
 PADDED, FP32, INT8 = "PyTorch, padded", "ONNX Runtime fp32", "ONNX Runtime int8"
 
@@ -165,7 +199,7 @@ FIGURES = {
         Figure("PyTorch, {} of", QA_SPEED, qa_speed("document", INT8, "same_answers_as_padded"), "{}"),
         Figure("of {} answers", QA_SPEED, json_key("questions"), "{}"),
         Figure("pipeline at {}x PyTorch's speed in int8", QA_SPEED, qa_speed_up(INT8)),
-        Figure("pipeline at {}x PyTorch's speed in int8 and in", QA_SPEED, qa_speed_up(FP32)),
+        Figure("int8 and\n{}x in fp32", QA_SPEED, qa_speed_up(FP32)),
         Figure("on a {}-core CPU", QA_SPEED, json_key("threads"), "{}"),
     ],
     # How long adapting a converted checkpoint takes on the CPU.
@@ -182,6 +216,26 @@ FIGURES = {
         Figure("to {} (perplexity", REFERENCE_RUN, reference("held_out_loss"), "{:.2f}"),
         Figure("(perplexity\n{}), its", REFERENCE_RUN, reference("held_out_perplexity"), "{:,.0f}"),
         Figure("evaluations {} apart", REFERENCE_RUN, reference_last_change, "{:.2f}"),
+        Figure("for {} optimizer steps", PAIR_RUN, pair_steps, "{}"),
+        Figure("same {} training tokens", PAIR_RUN, pair_run(PAIR_FULL, "train_tokens"), "{:,}"),
+        Figure("loss went from {} down", PAIR_RUN, pair_run(PAIR_FULL, "held_out_loss_before"), "{:.2f}"),
+        Figure("down to {}, n = 2's", PAIR_RUN, pair_run(PAIR_FULL, "held_out_loss"), "{:.2f}"),
+        Figure("2's from {} down", PAIR_RUN, pair_run(PAIR_N2, "held_out_loss_before"), "{:.2f}"),
+        Figure("down to {}: n = 2", PAIR_RUN, pair_run(PAIR_N2, "held_out_loss"), "{:.2f}"),
+        Figure("started\n{} nats behind", PAIR_RUN, pair_gap("held_out_loss_before"), "{:.2f}"),
+        Figure("ended {} behind", PAIR_RUN, pair_gap("held_out_loss"), "{:.2f}"),
+        Figure("from step {} to step", PAIR_RUN, late_steps(-3), "{}"),
+        Figure("to step {} the loss", PAIR_RUN, late_steps(-2), "{}"),
+        Figure("still fell {}\n(full", PAIR_RUN, late_fall(PAIR_FULL), "{:.3f}"),
+        Figure("and {} (n = 2) before", PAIR_RUN, late_fall(PAIR_N2), "{:.3f}"),
+        Figure("rose from {} to", PAIR_DIAGNOSTIC.format(PAIR_N2), json_key("loss_true_block0"), "{:.2f}"),
+        Figure("to {}, by", PAIR_DIAGNOSTIC.format(PAIR_N2), json_key("loss_shuffled_block0"), "{:.2f}"),
+        Figure("by {} (standard", PAIR_DIAGNOSTIC.format(PAIR_N2), json_key("difference"), "{:.3f}"),
+        Figure("error {}), more", PAIR_DIAGNOSTIC.format(PAIR_N2), json_key("difference_standard_error"), "{:.3f}"),
+        Figure("control's {} (standard", PAIR_DIAGNOSTIC.format(PAIR_FULL), json_key("difference"), "{:.3f}"),
+        Figure("error {}), on", PAIR_DIAGNOSTIC.format(PAIR_FULL), json_key("difference_standard_error"), "{:.3f}"),
+        Figure("on {} masked tokens", PAIR_DIAGNOSTIC.format(PAIR_N2), json_key("masked_tokens"), "{:,}"),
+        Figure("tokens of {} sequences", PAIR_DIAGNOSTIC.format(PAIR_N2), json_key("sequences"), "{}"),
     ],
     RESULTS: [
         # `make demo`, as run here: its results file (results/demo).

@@ -326,9 +326,9 @@ class ComparisonConfig:
     recipe_dir: str | None = field(
         default=None,
         metadata={
-            "help": "the results folder of the recipe choice (e.g. results/qa_recipe): the learning rate, epochs, window "
-            "scoring and the long models' window layout are then the ones chosen there (it is an error if one is not "
-            "chosen yet), and their training objective once it is chosen there, overriding the options below"
+            "help": "the results folder of the recipe choice (e.g. results/qa_recipe): the learning rate, epochs, "
+            "window scoring and the long models' window layout are then the ones chosen there (it is an error if one "
+            "is not chosen yet), and their training objective once it is chosen there, overriding the options below"
         },
     )
     window_scoring: str | None = field(

@@ -14,9 +14,9 @@ from .layout import MEASUREMENTS_FILE, CellLayout, cell_sets, is_saved_model, re
 
 
 # Seconds per window of N tokens with 2 threads, from the n512_full_seed0 cell's results
-# (results/qa_comparison/n512_full_seed0/results.json: its train time over the windows it trained, its eval time over the
-# windows of its filled sets); other N: linear in N. A window of t < N tokens costs about t / N of it. A finished cell
-# with the same N and training set replaces the training estimate.
+# (results/qa_comparison/n512_full_seed0/results.json: its train time over the windows it trained, its eval time over
+# the windows of its filled sets); other N: linear in N. A window of t < N tokens costs about t / N of it. A finished
+# cell with the same N and training set replaces the training estimate.
 TRAIN_SECONDS_PER_WINDOW = {512: 0.38}
 EVAL_SECONDS_PER_WINDOW = {512: 0.135}
 WINDOWS_PER_QUESTION = 1.12  # filled training contexts: about 12% of the questions span two windows

