@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from blockbert_benchmarks.measuring.machine import recorded_command
+from blockbert_benchmarks.measuring.machine import machine_description, recorded_command
 from blockbert_hf.pretraining import FINAL_MODEL_DIR, RESULTS_FILE, list_checkpoints
 from blockbert_hf.saving import write_file_atomically, write_json_atomically
 from blockbert_hf.training import (
@@ -378,7 +378,8 @@ def run_curves(folder: Path, tokens_per_batch: int) -> dict:
 
 
 def collect_results(args: AdaptationArguments, names: Mapping) -> dict:
-    """Every run's curves, final held-out loss and recorded commands, and the chain's settings."""
+    """Every run's curves, final held-out loss and recorded commands, the chain's settings and the machine (the one
+    that collects: the chain runs its steps there)."""
     commands: dict[str, list[str]] = {}
     commands_file = Path(args.output_dir) / COMMANDS_FILE
     if commands_file.is_file():
@@ -411,7 +412,12 @@ def collect_results(args: AdaptationArguments, names: Mapping) -> dict:
     settings["validation_files"] = [Path(path).name for path in args.validation_files]
     settings["output_dir"] = "$OUTPUT_DIR"
     settings["source_model"] = "$SOURCE_MODEL"
-    return {"settings": settings, "conversion": commands.get(CONVERTED, []), "runs": runs}
+    return {
+        "machine": machine_description(),
+        "settings": settings,
+        "conversion": commands.get(CONVERTED, []),
+        "runs": runs,
+    }
 
 
 def plot_curves(results: Mapping, path: str | Path) -> None:

@@ -600,16 +600,16 @@ def quantize_int8(folder: str | Path, recipe: Int8Recipe | None = None, file_nam
 
     folder = Path(folder)
     model = onnx.load(folder / ONNX_FILE)
-    graphs = split_by_length(model)
-    short_max_length = None if graphs is None else graphs[2]
+    by_length = split_by_length(model)
+    programs = {"model": model} if by_length is None else {"short": by_length[0], "long": by_length[1]}
     with tempfile.TemporaryDirectory(dir=folder) as scratch:
         quantized = []
-        for name, graph in [("model", model)] if graphs is None else [("short", graphs[0]), ("long", graphs[1])]:
+        for name, program in programs.items():
             source, target = Path(scratch, f"{name}.onnx"), Path(scratch, f"{name}_int8.onnx")
-            onnx.save(always_masked(graph), source)
+            onnx.save(always_masked(program), source)
             applied = quantize_graph(source, target, recipe)
             quantized.append(onnx.load(target))
-        joined = quantized[0] if graphs is None else switch_by_length(*quantized, short_max_length)
+        joined = quantized[0] if by_length is None else switch_by_length(*quantized, by_length[2])
         onnx.save(skip_mask_when_all_keys_real(joined), folder / file_name)
     return applied
 

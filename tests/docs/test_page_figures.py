@@ -50,14 +50,22 @@ CPU_THROUGHPUT = "results/adaptation/cpu_throughput.json"
 REFERENCE_RUN = "results/adaptation/reference/adaptation_results.json"
 
 
+def adaptation_run(run: str, key: str):
+    return json_key("runs", run, key)
+
+
 def reference(key: str):
-    return json_key("runs", "reference", key)
+    return adaptation_run("reference", key)
 
 
-def reference_steps(data) -> int:
-    """Optimizer steps of the reference run, from its recorded command."""
-    command = data["runs"]["reference"]["commands"][0].split()
-    return int(command[command.index("--max_train_steps") + 1])
+def run_steps(run: str):
+    """Optimizer steps of an adaptation run, from its recorded command."""
+
+    def steps(data) -> int:
+        command = data["runs"][run]["commands"][0].split()
+        return int(command[command.index("--max_train_steps") + 1])
+
+    return steps
 
 
 def reference_last_change(data) -> float:
@@ -69,16 +77,6 @@ def reference_last_change(data) -> float:
 PAIR_RUN = "results/adaptation/n512_pair_cpu/adaptation_results.json"
 PAIR_DIAGNOSTIC = "results/adaptation/n512_pair_cpu/diagnostic_{}.json"
 PAIR_FULL, PAIR_N2 = "full_n512", "n512_n2_10-2"
-
-
-def pair_run(run: str, key: str):
-    return json_key("runs", run, key)
-
-
-def pair_steps(data) -> int:
-    """Optimizer steps of the pair's control run, from its recorded command."""
-    command = data["runs"][PAIR_FULL]["commands"][0].split()
-    return int(command[command.index("--max_train_steps") + 1])
 
 
 def pair_gap(key: str):
@@ -210,18 +208,18 @@ FIGURES = {
         Figure("run takes about {} hours", CPU_THROUGHPUT, adaptation_hours(5_000_000), "{:.1f}"),
         Figure("measured over\n{} steps", CPU_THROUGHPUT, lambda d: len(d["tokens_per_second_by_step"]) - 1, "{}"),
         Figure("no`, {} training tokens", REFERENCE_RUN, reference("train_tokens"), "{:,}"),
-        Figure("tokens in {} steps", REFERENCE_RUN, reference_steps, "{}"),
+        Figure("tokens in {} steps", REFERENCE_RUN, run_steps("reference"), "{}"),
         Figure("at\n{} tokens/s", REFERENCE_RUN, reference("tokens_per_second"), "{:,.0f}"),
         Figure("loss from {} to", REFERENCE_RUN, reference("held_out_loss_before"), "{:.2f}"),
         Figure("to {} (perplexity", REFERENCE_RUN, reference("held_out_loss"), "{:.2f}"),
         Figure("(perplexity\n{}), its", REFERENCE_RUN, reference("held_out_perplexity"), "{:,.0f}"),
         Figure("evaluations {} apart", REFERENCE_RUN, reference_last_change, "{:.2f}"),
-        Figure("for {} optimizer steps", PAIR_RUN, pair_steps, "{}"),
-        Figure("same {} training tokens", PAIR_RUN, pair_run(PAIR_FULL, "train_tokens"), "{:,}"),
-        Figure("loss went from {} down", PAIR_RUN, pair_run(PAIR_FULL, "held_out_loss_before"), "{:.2f}"),
-        Figure("down to {}, n = 2's", PAIR_RUN, pair_run(PAIR_FULL, "held_out_loss"), "{:.2f}"),
-        Figure("2's from {} down", PAIR_RUN, pair_run(PAIR_N2, "held_out_loss_before"), "{:.2f}"),
-        Figure("down to {}: n = 2", PAIR_RUN, pair_run(PAIR_N2, "held_out_loss"), "{:.2f}"),
+        Figure("for {} optimizer steps", PAIR_RUN, run_steps(PAIR_FULL), "{}"),
+        Figure("same {} training tokens", PAIR_RUN, adaptation_run(PAIR_FULL, "train_tokens"), "{:,}"),
+        Figure("loss went from {} down", PAIR_RUN, adaptation_run(PAIR_FULL, "held_out_loss_before"), "{:.2f}"),
+        Figure("down to {}, n = 2's", PAIR_RUN, adaptation_run(PAIR_FULL, "held_out_loss"), "{:.2f}"),
+        Figure("2's from {} down", PAIR_RUN, adaptation_run(PAIR_N2, "held_out_loss_before"), "{:.2f}"),
+        Figure("down to {}: n = 2", PAIR_RUN, adaptation_run(PAIR_N2, "held_out_loss"), "{:.2f}"),
         Figure("started\n{} nats behind", PAIR_RUN, pair_gap("held_out_loss_before"), "{:.2f}"),
         Figure("ended {} behind", PAIR_RUN, pair_gap("held_out_loss"), "{:.2f}"),
         Figure("from step {} to step", PAIR_RUN, late_steps(-3), "{}"),

@@ -8,6 +8,7 @@ import pytest
 from conftest import SAMPLE_TEXT, load_script, tiny_roberta_source
 from safetensors.torch import load_file
 
+from blockbert_benchmarks.measuring.machine import machine_description
 from blockbert_experiments.adaptation import COMMANDS_FILE, CURVES_PNG, RESULTS_JSON, RUN_NAMES
 
 
@@ -32,6 +33,7 @@ def test_the_chain_converts_trains_the_head_and_continues_each_pattern_from_it(t
     output = tmp_path / "adaptation"
     results = json.loads((output / RESULTS_JSON).read_text())
     runs = results["runs"]
+    assert results["machine"] == machine_description()
     assert list(runs) == ["reference", "full_n512", "n1024_n2_10-2"] and all(run["finished"] for run in runs.values())
     assert runs["reference"]["trained_parameters"].startswith("the MLM head only")
     assert runs["full_n512"]["trained_parameters"].startswith("every parameter but the word embeddings")

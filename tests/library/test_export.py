@@ -614,16 +614,20 @@ def attention_ops(graph) -> collections.Counter:
 
 
 def test_exported_attention_is_fused_and_skips_the_mask_without_padding(exported_qa_model, tmp_path):
-    """In both programs each head group's attention (2 layers x 2 shifts) is one MultiHeadAttention node inside an `If`
-    on its key mask: without a mask (query, key, value) when no key of the batch is masked, with it otherwise. That
-    both give eager's outputs: test_onnx_runtime_matches_eager_at_every_length, on unpadded and padded batches. A
-    "sparse_fixed" model (its mask depends on the query) and `fused_attention=False` keep standard ops."""
+    """In both programs of model.onnx and of model_int8.onnx each head group's attention (2 layers x 2 shifts) is one
+    MultiHeadAttention node inside an `If` on its key mask: without a mask (query, key, value) when no key of the batch
+    is masked, with it otherwise. That both give eager's outputs: test_onnx_runtime_matches_eager_at_every_length, on
+    unpadded and padded batches. A "sparse_fixed" model (its mask depends on the query) and `fused_attention=False`
+    keep standard ops."""
     import onnx
 
     from blockbert_hf.onnx_length_switch import split_by_length
 
-    short, long, _ = split_by_length(onnx.load(exported_qa_model[2] / blockbert_export.ONNX_FILE))
-    for program in (short, long):
+    programs = []
+    for file_name in (blockbert_export.ONNX_FILE, blockbert_export.INT8_ONNX_FILE):  # int8: put back after quantizing
+        short, long, _ = split_by_length(onnx.load(exported_qa_model[2] / file_name))
+        programs += [short, long]
+    for program in programs:
         switches = [node for node in program.graph.node if node.op_type == "If"]
         assert len(switches) == 2 * 2
         for switch in switches:
