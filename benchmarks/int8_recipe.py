@@ -55,9 +55,10 @@ from blockbert_hf.pipeline_question_answering import (
 
 CHOSEN = Int8Recipe()
 PER_TENSOR = Int8Recipe(activations="per_tensor")
+PER_TOKEN = Int8Recipe(activations="per_token")
 # From quantize_dynamic's defaults (what quantize_int8 did before) to the best per-tensor recipe one change at a time,
 # with 7-bit weights (what it does on a CPU without VNNI), then per-block activations, the chosen recipe and its
-# neighbours.
+# neighbours, then per-token activations with and without smoothing.
 VARIANTS = {
     "per-tensor, quantize_dynamic defaults: per-tensor weights, head and embeddings in int8": DEFAULT_ORT_RECIPE,
     "per-tensor, + embeddings in fp32": dataclasses.replace(DEFAULT_ORT_RECIPE, quantize_embeddings=False),
@@ -69,6 +70,10 @@ VARIANTS = {
     "per-block, blocks of 64": dataclasses.replace(CHOSEN, block_size=64),
     "per-block, blocks of 256": dataclasses.replace(CHOSEN, block_size=256),
     "per-block, QA head in int8": dataclasses.replace(CHOSEN, fp32_modules=()),
+    "per-token activations (MatMulInteger), no smoothing": dataclasses.replace(PER_TOKEN, smoothing=None),
+    "per-token, SmoothQuant strength 0.5": PER_TOKEN,
+    "per-token, SmoothQuant strength 0.75": dataclasses.replace(PER_TOKEN, smoothing=0.75),
+    "per-token, strength 0.5, 7-bit weights (a CPU without VNNI)": dataclasses.replace(PER_TOKEN, reduce_range=True),
 }
 
 
@@ -149,6 +154,7 @@ def measure_variants(onnx_folder: Path, questions: list[dict], batch_size: int, 
         scratch = Path(scratch)
         for file_name in (ONNX_FILE, "config.json"):
             shutil.copyfile(onnx_folder / file_name, scratch / file_name)
+        tokenizer.save_pretrained(scratch)  # the per-token recipe calibrates on text it tokenizes
         files = {"fp32": scratch / ONNX_FILE}
         for index, (name, recipe) in enumerate(variants.items()):
             files[name] = scratch / f"variant_{index}.onnx"

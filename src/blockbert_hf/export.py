@@ -103,17 +103,18 @@ class OnnxExportArguments:
         default="per_block",
         metadata={
             "help": "with --quantize: one activation scale per token and block of 128 channels (per_block: ONNX "
-            "Runtime's MatMulNBits, keeps the answers) or per tensor (per_tensor: quantize_dynamic, faster, changes "
-            "more answers); blockbert_hf.onnx_quantization says why",
+            "Runtime's MatMulNBits, keeps the answers), per token (per_token: MatMulInteger after SmoothQuant "
+            "smoothing calibrated on the verification text, faster, changes more answers) or per tensor (per_tensor: "
+            "quantize_dynamic, changes the most); blockbert_hf.onnx_quantization says why",
             "choices": list(ACTIVATION_SCALES),
         },
     )
     reduce_range: bool | None = field(
         default=None,
         metadata={
-            "help": "with --int8_activations per_tensor: true for weights in 7 bits rather than 8, false for 8 "
-            "(default: 7 only where this CPU has no VNNI, as ONNX Runtime advises; the file is best run on CPUs like "
-            "the one that made it)"
+            "help": "with --int8_activations per_token or per_tensor: true for weights in 7 bits rather than 8, "
+            "false for 8 (default: 7 only where this CPU has no VNNI, as ONNX Runtime advises; the file is best run "
+            "on CPUs like the one that made it)"
         },
     )
     fused_attention: bool = field(
@@ -586,19 +587,47 @@ def _host_array(value) -> np.ndarray | None:
     return None if value is None else np.asarray(value)
 
 
-def quantize_int8(folder: str | Path, recipe: Int8Recipe | None = None, file_name: str = INT8_ONNX_FILE) -> Int8Recipe:
+def calibration_batches(folder: Path, config: BlockBertConfig) -> dict[int, dict[str, np.ndarray]]:
+    """What `quantize_int8` measures activations on by default: `verification_batches` of `VERIFICATION_TEXT` with
+    the tokenizer saved in `folder`, at every `verification_lengths`."""
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+    except (OSError, ValueError) as error:
+        raise ValueError(
+            f"int8 calibration tokenizes real text with the tokenizer in {folder}, which does not load ({error}): "
+            "save it there (tokenizer.save_pretrained), or pass calibration batches."
+        ) from error
+    tokenizer.padding_side = "right"
+    return verification_batches(config, tokenizer, VERIFICATION_TEXT, verification_lengths(config))
+
+
+def _runs_length(program: str, length: int, by_length) -> bool:
+    """Whether the program named `program` ("model", "short", "long") of `split_by_length`'s result runs `length`."""
+    return by_length is None or (length <= by_length[2]) == (program == "short")
+
+
+def quantize_int8(
+    folder: str | Path,
+    recipe: Int8Recipe | None = None,
+    file_name: str = INT8_ONNX_FILE,
+    calibration: dict[int, dict[str, np.ndarray]] | None = None,
+) -> Int8Recipe:
     """Writes `folder/model_int8.onnx` (or `file_name`): the int8 quantization of `folder/model.onnx` as `recipe` says
     (default `Int8Recipe()`: int8 weights for the matrix products with a weight, activations quantized at run time
-    per token and block of channels, the task head and the embeddings in fp32; `blockbert_hf.onnx_quantization`). The
-    quantizers do not look inside an `If`, so a model joined by length is quantized graph by graph and joined again,
-    with fused attention always masked while they run (`onnx_attention.always_masked`).
-    Returns the recipe applied (`reduce_range` decided for this CPU)."""
+    per token and block of channels, the task head and the embeddings in fp32; `blockbert_hf.onnx_quantization`).
+    `calibration`: `{length: model inputs}` that the per-token recipe's smoothing measures activations on (default
+    `calibration_batches`). The quantizers do not look inside an `If`, so a model joined by length is quantized graph
+    by graph (each calibrated on the lengths it runs) and joined again, with fused attention always masked while they
+    run (`onnx_attention.always_masked`). Returns the recipe applied (`reduce_range` decided for this CPU)."""
     import onnx
 
     from .onnx_attention import always_masked, skip_mask_when_all_keys_real
     from .onnx_length_switch import split_by_length, switch_by_length
 
     folder = Path(folder)
+    recipe = recipe or Int8Recipe()
+    if calibration is None and recipe.activations == "per_token" and recipe.smoothing is not None:
+        calibration = calibration_batches(folder, AutoConfig.from_pretrained(folder))
     model = onnx.load(folder / ONNX_FILE)
     by_length = split_by_length(model)
     programs = {"model": model} if by_length is None else {"short": by_length[0], "long": by_length[1]}
@@ -607,7 +636,10 @@ def quantize_int8(folder: str | Path, recipe: Int8Recipe | None = None, file_nam
         for name, program in programs.items():
             source, target = Path(scratch, f"{name}.onnx"), Path(scratch, f"{name}_int8.onnx")
             onnx.save(always_masked(program), source)
-            applied = quantize_graph(source, target, recipe)
+            feeds = None
+            if calibration is not None:  # each program on the lengths it runs
+                feeds = [batch for length, batch in calibration.items() if _runs_length(name, length, by_length)]
+            applied = quantize_graph(source, target, recipe, feeds)
             quantized.append(onnx.load(target))
         joined = quantized[0] if by_length is None else switch_by_length(*quantized, by_length[2])
         onnx.save(skip_mask_when_all_keys_real(joined), folder / file_name)
@@ -824,7 +856,7 @@ def export_onnx_folder(
                 f"{json.dumps(differences)}. Nothing was written."
             )
         if quantize:
-            applied = quantize_int8(staging, recipe)
+            applied = quantize_int8(staging, recipe, calibration=batches)
             report = int8_report(model, staging, tokenizer, batches, applied, verification_questions)
             (staging / QUANTIZATION_REPORT).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
         model.config.save_pretrained(staging)

@@ -99,6 +99,7 @@ def late_steps(position: int):
 
 
 QA_SPEED = "results/benchmarks/qa_pipeline_speed.json"
+QA_SPEED_INTEL = "results/benchmarks/qa_pipeline_speed_intel_xeon.json"  # the same command on an Intel Xeon
 PADDED, FP32, INT8 = "PyTorch, padded", "ONNX Runtime fp32", "ONNX Runtime int8"
 
 
@@ -109,6 +110,35 @@ def qa_speed(context: str, run: str, key: str):
 def qa_speed_up(run: str):
     """A run's speed over whole articles relative to PyTorch's padded computation, as the benchmark's table gives it."""
     return lambda data: data["document"][PADDED]["seconds_per_question"] / data["document"][run]["seconds_per_question"]
+
+
+INT8_RECIPE = "results/benchmarks/int8_recipe.json"
+INT8_DEFAULTS, INT8_PER_TENSOR = "per-tensor, quantize_dynamic defaults", "per-tensor, + pre-processing"
+INT8_CHOSEN, INT8_PER_TOKEN = "per-block activations, blocks of 128", "per-token, SmoothQuant strength 0.5"
+INT8_UNSMOOTHED = "per-token activations (MatMulInteger), no smoothing"
+
+
+def int8_variant(name_start: str, read):
+    """`read(variant, fp32)` of the int8 variant whose name starts with `name_start`."""
+
+    def figure(data):
+        (variant,) = [row for row in data["variants"] if row["name"].startswith(name_start)]
+        return read(variant, data["fp32"])
+
+    return figure
+
+
+def unchanged_f1(variant, fp32):
+    """A variant's whole-article F1 where it equals fp32's (what "as in fp32" claims), else NaN (no match)."""
+    return variant["document"]["f1"] if variant["document"]["f1"] == fp32["document"]["f1"] else float("nan")
+
+
+def int8_kept(name_start: str):
+    return int8_variant(name_start, lambda variant, fp32: variant["document"]["same_answers_as_fp32"])
+
+
+def int8_speed_up(name_start: str):
+    return int8_variant(name_start, lambda variant, fp32: fp32["seconds_per_forward"] / variant["seconds_per_forward"])
 
 
 def adaptation_hours(tokens: int):
@@ -197,8 +227,31 @@ FIGURES = {
         Figure("PyTorch, {} of", QA_SPEED, qa_speed("document", INT8, "same_answers_as_padded"), "{}"),
         Figure("of {} answers", QA_SPEED, json_key("questions"), "{}"),
         Figure("pipeline at {}x PyTorch's speed in int8", QA_SPEED, qa_speed_up(INT8)),
-        Figure("int8 and\n{}x in fp32", QA_SPEED, qa_speed_up(FP32)),
-        Figure("on a {}-core CPU", QA_SPEED, json_key("threads"), "{}"),
+        Figure("int8 and {}x in fp32", QA_SPEED, qa_speed_up(FP32)),
+        Figure("on a {}-core AMD", QA_SPEED, json_key("threads"), "{}"),
+        Figure("but at {}x and", QA_SPEED_INTEL, qa_speed_up(INT8)),
+        Figure("and {}x on a", QA_SPEED_INTEL, qa_speed_up(FP32)),
+        Figure("on a {}-core Intel", QA_SPEED_INTEL, json_key("threads"), "{}"),
+    ],
+    # int8 on the development article and the QA pipeline's speed on two CPUs.
+    "docs/benchmarks.md": [
+        Figure("{} of 96 whole-article", INT8_RECIPE, int8_kept(INT8_DEFAULTS), "{}"),
+        Figure("of {} whole-article answers", INT8_RECIPE, json_key("questions"), "{}"),
+        Figure("{}, at", INT8_RECIPE, int8_kept(INT8_PER_TENSOR), "{}"),
+        Figure(", at {}x the fp32 forward", INT8_RECIPE, int8_speed_up(INT8_PER_TENSOR)),
+        Figure("whole-article F1\n{} as in fp32", INT8_RECIPE, int8_variant(INT8_CHOSEN, unchanged_f1), "{:.1f}"),
+        Figure("as in fp32, {} of", INT8_RECIPE, int8_kept(INT8_CHOSEN), "{}"),
+        Figure("of {} answers unchanged", INT8_RECIPE, json_key("questions"), "{}"),
+        Figure("at only {}x the fp32", INT8_RECIPE, int8_speed_up(INT8_CHOSEN)),
+        Figure("{} of 96 unchanged", INT8_RECIPE, int8_kept(INT8_PER_TOKEN), "{}"),
+        Figure("of {} unchanged, at", INT8_RECIPE, json_key("questions"), "{}"),
+        Figure("unchanged, at {}x (", INT8_RECIPE, int8_speed_up(INT8_PER_TOKEN)),
+        Figure("x ({} of", INT8_RECIPE, int8_kept(INT8_UNSMOOTHED), "{}"),
+        Figure("of {} without the smoothing", INT8_RECIPE, json_key("questions"), "{}"),
+        Figure("fp32 ran the pipeline at {}x", QA_SPEED, qa_speed_up(FP32)),
+        Figure("and int8 at {}x;", QA_SPEED, qa_speed_up(INT8)),
+        Figure("gave {}x and", QA_SPEED_INTEL, qa_speed_up(FP32)),
+        Figure("x and {}x", QA_SPEED_INTEL, qa_speed_up(INT8)),
     ],
     # How long adapting a converted checkpoint takes on the CPU.
     "docs/pretraining.md": [

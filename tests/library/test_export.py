@@ -430,6 +430,35 @@ def test_the_per_tensor_recipe_quantizes_weights_per_channel(exported_qa_model, 
         assert_head_attention_and_embeddings_in_fp32(graph, initializers)
 
 
+def test_the_per_token_recipe_calibrates_on_real_text_and_stays_close_to_fp32(exported_qa_model, tmp_path):
+    """`Int8Recipe(activations="per_token")`: the weight products as uint8-by-int8 `MatMulInteger`s, one activation
+    quantization per distinct input (a layer's query, key and value share one), smoothed from maxima measured on the
+    folder's tokenizer and the verification text; the same parts kept in fp32; the logits near the fp32 model's."""
+    folder = exported_qa_model[2]
+    for path in folder.iterdir():
+        if path.name != blockbert_export.INT8_ONNX_FILE:
+            shutil.copyfile(path, tmp_path / path.name)
+    applied = blockbert_export.quantize_int8(tmp_path, Int8Recipe(activations="per_token"), file_name="token.onnx")
+    assert applied.smoothing == 0.5 and applied.reduce_range is (cpu_has_vnni() is False)
+    for graph, initializers in int8_graphs(tmp_path / "token.onnx"):
+        types = [node.op_type for node in graph.node]
+        assert types.count("MatMulInteger") == 2 * 6 and types.count("QuantizeLinear") == 2 * 4
+        smoothed = [node for node in graph.node if node.name.endswith("/smoothed")]
+        assert len(smoothed) == 2 * 4
+        assert_head_attention_and_embeddings_in_fp32(graph, initializers)
+    fp32 = blockbert_export.OnnxBlockBert(folder, file_name=blockbert_export.ONNX_FILE)
+    int8 = blockbert_export.OnnxBlockBert(tmp_path, file_name="token.onnx")
+    batches = blockbert_export.calibration_batches(tmp_path, fp32.config)
+    for inputs in batches.values():
+        expected, actual = fp32(**inputs)["start_logits"], int8(**inputs)["start_logits"]
+        assert np.abs(actual - expected).mean() < 0.05 * np.abs(expected).mean()
+    (tmp_path / "tokenizer.json").unlink()
+    (tmp_path / "tokenizer_config.json").unlink()
+    with pytest.raises(ValueError, match="calibration tokenizes real text"):
+        blockbert_export.quantize_int8(tmp_path, Int8Recipe(activations="per_token"), file_name="again.onnx")
+    assert not (tmp_path / "again.onnx").exists()
+
+
 def test_quantization_weight_range_follows_the_cpu(monkeypatch):
     """Per-tensor activations: 7-bit weights (reduce_range) exactly where the CPU quantizing has no VNNI, unless the
     recipe says; per-block activations have no such setting (ONNX Runtime picks its kernel on the CPU running it)."""
@@ -441,19 +470,23 @@ def test_quantization_weight_range_follows_the_cpu(monkeypatch):
         monkeypatch.setattr(onnx_quantization, "cpu_flags", lambda flags=flags: flags)
         assert onnx_quantization.cpu_has_vnni() is vnni
         assert per_tensor.resolved().reduce_range is (not vnni)
+        assert Int8Recipe(activations="per_token").resolved().reduce_range is (not vnni)
         assert Int8Recipe(activations="per_tensor", reduce_range=False).resolved().reduce_range is False
         assert Int8Recipe().resolved().reduce_range is None
     monkeypatch.setattr(onnx_quantization, "cpu_flags", lambda: None)  # no /proc/cpuinfo: unknown, 8 bits
     assert onnx_quantization.cpu_has_vnni() is None and per_tensor.resolved().reduce_range is False
     parser = load_script("examples/export_onnx.py").build_parser()
-    for value, expected in (("true", True), ("false", False)):
-        argv = ["model", "out", "--quantize", "--int8_activations", "per_tensor", "--reduce_range", value]
-        (args, _) = parser.parse_args_into_dataclasses(argv)
-        assert args.int8_recipe() == Int8Recipe(activations="per_tensor", reduce_range=expected)
+    for activations in ("per_tensor", "per_token"):
+        for value, expected in (("true", True), ("false", False)):
+            argv = ["model", "out", "--quantize", "--int8_activations", activations, "--reduce_range", value]
+            (args, _) = parser.parse_args_into_dataclasses(argv)
+            assert args.int8_recipe() == Int8Recipe(activations=activations, reduce_range=expected)
     (args, _) = parser.parse_args_into_dataclasses(["model", "out", "--quantize"])
     assert args.int8_recipe() == Int8Recipe()
     with pytest.raises(ValueError, match="block_size must be a power of 2"):
         Int8Recipe(block_size=96)
+    with pytest.raises(ValueError, match="smoothing must be between 0 and 1"):
+        Int8Recipe(activations="per_token", smoothing=1.5)
 
 
 def test_quantizing_per_block_refuses_an_onnx_runtime_without_its_kernels(saved_qa_model, tmp_path, monkeypatch):

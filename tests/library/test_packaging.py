@@ -43,6 +43,7 @@ WHEEL_MODULES = {
         "extras",
         "export",
         "onnx_attention",
+        "onnx_int8_per_token",
         "onnx_length_switch",
         "onnx_quantization",
         "model_card",
