@@ -1,5 +1,6 @@
 """Seconds per question and EM/F1 of the question-answering pipeline on one fine-tuned model, run four ways: PyTorch
-computing padding, PyTorch padding-free (the default), ONNX Runtime fp32 and ONNX Runtime int8.
+computing padding, PyTorch padding-free (the default), ONNX Runtime fp32, ONNX Runtime int8 (the default recipe) and
+ONNX Runtime int8 with per-token activations (`--int8_activations per_token`).
 
     python benchmarks/qa_pipeline_speed.py --model_folder FINE_TUNED_QA_FOLDER --squad_file dev-v1.1.json.gz \\
         --title Sky_(United_Kingdom) --output results/benchmarks/qa_pipeline_speed.json \\
@@ -10,7 +11,8 @@ Every question of the chosen articles is answered twice, over its own paragraph 
 ranking from the model's config and `--batch_size` windows per forward. The ONNX folder is exported from the model
 first (`examples/export_onnx.py --quantize`, verified against the eager model) unless `--onnx_folder` holds one made
 with today's int8 recipe (`blockbert_hf.onnx_quantization.Int8Recipe`, as recorded in its `quantization.json`); a
-folder quantized otherwise is refused. The PyTorch runs take turns question by question, each question starting with
+folder quantized otherwise is refused; the per-token int8 model is quantized from it into a scratch folder. The
+PyTorch runs take turns question by question, each question starting with
 the other run, so that drifts in machine speed and the cost of running first hit them alike; then the two ONNX Runtime
 runs do the same (a PyTorch call right after an ONNX Runtime one is slowed by ONNX Runtime's spinning threads). ONNX
 Runtime runs with its default session options and as many threads as PyTorch.
@@ -21,7 +23,9 @@ meaningful on an otherwise idle machine; EM/F1 and answer agreement do not depen
 
 import argparse
 import json
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import onnxruntime
@@ -41,12 +45,19 @@ from blockbert_benchmarks.qa_pipeline import (  # noqa: F401 (read_questions: th
 )
 from blockbert_benchmarks.reporting import print_and_write
 from blockbert_hf import BlockBertForQuestionAnswering
-from blockbert_hf.export import INT8_ONNX_FILE, ONNX_FILE, QUANTIZATION_REPORT, export_onnx_folder
+from blockbert_hf.export import INT8_ONNX_FILE, ONNX_FILE, QUANTIZATION_REPORT, export_onnx_folder, quantize_int8
 from blockbert_hf.onnx_quantization import Int8Recipe, cpu_flags, cpu_has_vnni
 from blockbert_hf.pipeline_question_answering import ExtractiveQuestionAnsweringPipeline
 
 
-RUNS = ("PyTorch, padded", "PyTorch, padding-free", "ONNX Runtime fp32", "ONNX Runtime int8")
+RUNS = (
+    "PyTorch, padded",
+    "PyTorch, padding-free",
+    "ONNX Runtime fp32",
+    "ONNX Runtime int8",
+    "ONNX Runtime int8, per token",
+)
+PER_TOKEN = Int8Recipe(activations="per_token")
 
 
 def session_options() -> onnxruntime.SessionOptions:
@@ -56,8 +67,17 @@ def session_options() -> onnxruntime.SessionOptions:
     return options
 
 
-def build_pipelines(model_folder: Path, onnx_folder: Path) -> dict:
-    """The four pipelines of `RUNS`, one tokenizer each (the pipeline sets its padding side)."""
+def quantize_per_token(onnx_folder: Path, scratch: Path) -> dict:
+    """`scratch`: a copy of the exported folder's fp32 model, config and tokenizer, with its per-token int8 model
+    (`PER_TOKEN`, calibrated on the verification text) as `INT8_ONNX_FILE`; returns the recipe applied."""
+    for file_name in (ONNX_FILE, "config.json"):
+        shutil.copyfile(onnx_folder / file_name, scratch / file_name)
+    AutoTokenizer.from_pretrained(onnx_folder).save_pretrained(scratch)
+    return quantize_int8(scratch, PER_TOKEN).to_dict()
+
+
+def build_pipelines(model_folder: Path, onnx_folder: Path, per_token_folder: Path) -> dict:
+    """The pipelines of `RUNS`, one tokenizer each (the pipeline sets its padding side)."""
     pipelines = {}
     for name, padding_free in ((RUNS[0], False), (RUNS[1], True)):
         model = BlockBertForQuestionAnswering.from_pretrained(model_folder, padding_free=padding_free).eval()
@@ -65,6 +85,7 @@ def build_pipelines(model_folder: Path, onnx_folder: Path) -> dict:
         pipelines[name] = ExtractiveQuestionAnsweringPipeline(model=model, tokenizer=tokenizer, device=-1)
     for name, file_name in ((RUNS[2], ONNX_FILE), (RUNS[3], INT8_ONNX_FILE)):
         pipelines[name] = onnx_pipeline(onnx_folder, file_name, session_options=session_options())
+    pipelines[RUNS[4]] = onnx_pipeline(per_token_folder, INT8_ONNX_FILE, session_options=session_options())
     return pipelines
 
 
@@ -102,11 +123,14 @@ def answer_by_runtime(pipelines: dict, questions: list[dict], context_field: str
 
 def int8_description(recipe: dict) -> str:
     """What an `Int8Recipe.to_dict()` quantizes, in words."""
+    bits = " in 7 bits (reduce_range)" if recipe["reduce_range"] else ""
     if recipe["activations"] == "per_block":
         activations = f"activations quantized per token and block of {recipe['block_size']} channels (MatMulNBits)"
+    elif recipe["activations"] == "per_token":
+        smoothing = f", smoothed with strength {recipe['smoothing']:g}" if recipe["smoothing"] is not None else ""
+        activations = f"activations quantized per token{smoothing}, weights per channel{bits} (MatMulInteger)"
     else:
         weights = "per channel" if recipe["per_channel"] else "per tensor"
-        bits = " in 7 bits (reduce_range)" if recipe["reduce_range"] else ""
         activations = f"activations quantized per tensor, weights {weights}{bits} (quantize_dynamic)"
     embeddings = [] if recipe["quantize_embeddings"] else ["embeddings"]
     kept = ", ".join([*embeddings, "attention products", *recipe["fp32_modules"]])
@@ -140,7 +164,8 @@ def render_markdown(results: dict) -> str:
         f"{results['questions']} questions of {', '.join(results['titles'])}; {results['batch_size']} windows per "
         f"forward. int8: {results['int8']['description']}; max difference from the eager model on the export's "
         f"verification inputs {results['int8']['max_difference']:.3g}, the same answers as the eager model to "
-        f"{results['int8']['verification_answers']} of the export's verification questions.",
+        f"{results['int8']['verification_answers']} of the export's verification questions. int8, per token: "
+        f"{int8_description(results['int8_per_token']['recipe'])}.",
     ]
     for context_field, title in (("paragraph", "its own paragraph"), ("document", "the whole article")):
         section = results[context_field]
@@ -178,34 +203,37 @@ def main(argv=None):
         int8_report = check_int8_recipe(onnx_folder)
     except (OSError, ValueError) as error:
         parser.exit(1, f"error: {error}\n")
-    pipelines = build_pipelines(model_folder, onnx_folder)
-    config = pipelines[RUNS[1]].model.config
-    agreement = int8_report["answer_agreement"]
-    recipe = int8_report["recipe"]
-    results = {
-        "machine": machine_description(),
-        "cpu_has_vnni": cpu_has_vnni(),
-        "cpu_int8_flags": sorted(flag for flag in cpu_flags() or () if "vnni" in flag or "amx" in flag),
-        "threads": torch.get_num_threads(),
-        "onnxruntime": onnxruntime.__version__,
-        "command": recorded_command(
-            ["python", "benchmarks/qa_pipeline_speed.py", *(sys.argv[1:] if argv is None else argv)]
-        ),
-        "model": recorded_path(args.model_folder),
-        "max_seq_length": config.max_sequence_length,
-        "attention": f"{config.attention_pattern}, n = {config.num_blocks}, heads {config.heads_per_shift}",
-        "titles": list(dict.fromkeys(row["title"] for row in questions)),
-        "questions": len(questions),
-        "batch_size": args.batch_size,
-        "int8": {
-            "recipe": recipe,
-            "description": int8_description(recipe),
-            "max_difference": max(int8_report["max_difference_per_length"].values()),
-            "verification_answers": f"{agreement['same_answers']}/{agreement['pairs']}",
-        },
-        "paragraph": answer_by_runtime(pipelines, questions, "context", args.batch_size),
-        "document": answer_by_runtime(pipelines, questions, "document", args.batch_size),
-    }
+    with tempfile.TemporaryDirectory() as scratch:
+        per_token_recipe = quantize_per_token(onnx_folder, Path(scratch))
+        pipelines = build_pipelines(model_folder, onnx_folder, Path(scratch))
+        config = pipelines[RUNS[1]].model.config
+        agreement = int8_report["answer_agreement"]
+        recipe = int8_report["recipe"]
+        results = {
+            "machine": machine_description(),
+            "cpu_has_vnni": cpu_has_vnni(),
+            "cpu_int8_flags": sorted(flag for flag in cpu_flags() or () if "vnni" in flag or "amx" in flag),
+            "threads": torch.get_num_threads(),
+            "onnxruntime": onnxruntime.__version__,
+            "command": recorded_command(
+                ["python", "benchmarks/qa_pipeline_speed.py", *(sys.argv[1:] if argv is None else argv)]
+            ),
+            "model": recorded_path(args.model_folder),
+            "max_seq_length": config.max_sequence_length,
+            "attention": f"{config.attention_pattern}, n = {config.num_blocks}, heads {config.heads_per_shift}",
+            "titles": list(dict.fromkeys(row["title"] for row in questions)),
+            "questions": len(questions),
+            "batch_size": args.batch_size,
+            "int8": {
+                "recipe": recipe,
+                "description": int8_description(recipe),
+                "max_difference": max(int8_report["max_difference_per_length"].values()),
+                "verification_answers": f"{agreement['same_answers']}/{agreement['pairs']}",
+            },
+            "int8_per_token": {"recipe": per_token_recipe},
+            "paragraph": answer_by_runtime(pipelines, questions, "context", args.batch_size),
+            "document": answer_by_runtime(pipelines, questions, "document", args.batch_size),
+        }
     print_and_write(results, render_markdown(results), args.output, args.markdown)
 
 

@@ -1,5 +1,6 @@
 """`benchmarks/qa_pipeline_speed.py`: the questions it reads, the int8 models it accepts and, end to end (slow), the
-four runs it reports with the CPU's VNNI; `benchmarks/int8_recipe.py`: the variants it measures (slow)."""
+runs it reports (the per-token int8 among them) with the CPU's VNNI; `benchmarks/int8_recipe.py`: the variants it
+measures (slow)."""
 
 import copy
 import json
@@ -54,7 +55,7 @@ def save_tiny_qa_model(folder, tokenizer):
 
 
 @pytest.mark.slow
-def test_the_four_runs_answer_and_are_reported(tmp_path, tokenizer):
+def test_every_run_answers_and_is_reported(tmp_path, tokenizer):
     model_folder = tmp_path / "qa"
     save_tiny_qa_model(model_folder, tokenizer)
     output, markdown = tmp_path / "speed.json", tmp_path / "speed.md"
@@ -67,7 +68,11 @@ def test_the_four_runs_answer_and_are_reported(tmp_path, tokenizer):
         assert list(results[section]) == list(module.RUNS)
         assert results[section][module.RUNS[1]]["same_answers_as_padded"] == 3  # padding-free: the same answers
         assert results[section][module.RUNS[2]]["same_answers_as_padded"] == 3  # ONNX Runtime fp32: the same
-    assert "| ONNX Runtime int8 |" in markdown.read_text()
+    assert (
+        "| ONNX Runtime int8 |" in markdown.read_text() and "| ONNX Runtime int8, per token |" in markdown.read_text()
+    )
+    assert results["int8_per_token"]["recipe"] == Int8Recipe(activations="per_token").resolved().to_dict()
+    assert "activations quantized per token, smoothed with strength 0.5" in markdown.read_text()
     assert results["cpu_has_vnni"] == cpu_has_vnni() and "VNNI" in markdown.read_text()
     assert results["int8"]["recipe"] == Int8Recipe().resolved().to_dict()
     assert results["int8"]["verification_answers"].endswith("/18")
