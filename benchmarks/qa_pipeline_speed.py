@@ -1,4 +1,4 @@
-"""Seconds per question and EM/F1 of the question-answering pipeline on one fine-tuned model, run four ways: PyTorch
+"""Seconds per question and EM/F1 of the question-answering pipeline on one fine-tuned model, run five ways: PyTorch
 computing padding, PyTorch padding-free (the default), ONNX Runtime fp32, ONNX Runtime int8 (the default recipe) and
 ONNX Runtime int8 with per-token activations (`--int8_activations per_token`).
 
@@ -12,10 +12,10 @@ ranking from the model's config and `--batch_size` windows per forward. The ONNX
 first (`examples/export_onnx.py --quantize`, verified against the eager model) unless `--onnx_folder` holds one made
 with today's int8 recipe (`blockbert_hf.onnx_quantization.Int8Recipe`, as recorded in its `quantization.json`); a
 folder quantized otherwise is refused; the per-token int8 model is quantized from it into a scratch folder. The
-PyTorch runs take turns question by question, each question starting with
-the other run, so that drifts in machine speed and the cost of running first hit them alike; then the two ONNX Runtime
-runs do the same (a PyTorch call right after an ONNX Runtime one is slowed by ONNX Runtime's spinning threads). ONNX
-Runtime runs with its default session options and as many threads as PyTorch.
+PyTorch runs take turns question by question, each question starting with the other run, so that drifts in machine
+speed and the cost of running first hit them alike; then the three ONNX Runtime runs do the same (a PyTorch call
+right after an ONNX Runtime one is slowed by ONNX Runtime's spinning threads). ONNX Runtime runs with its default
+session options and as many threads as PyTorch.
 
 int8 speed depends on the CPU: the results name it and whether it has VNNI (int8 dot products). Times are only
 meaningful on an otherwise idle machine; EM/F1 and answer agreement do not depend on the load.
