@@ -67,7 +67,7 @@ def session_options() -> onnxruntime.SessionOptions:
     return options
 
 
-def quantize_per_token(onnx_folder: Path, scratch: Path) -> dict:
+def per_token_folder(onnx_folder: Path, scratch: Path) -> dict:
     """`scratch`: a copy of the exported folder's fp32 model, config and tokenizer, with its per-token int8 model
     (`PER_TOKEN`, calibrated on the verification text) as `INT8_ONNX_FILE`; returns the recipe applied."""
     for file_name in (ONNX_FILE, "config.json"):
@@ -204,7 +204,7 @@ def main(argv=None):
     except (OSError, ValueError) as error:
         parser.exit(1, f"error: {error}\n")
     with tempfile.TemporaryDirectory() as scratch:
-        per_token_recipe = quantize_per_token(onnx_folder, Path(scratch))
+        per_token_recipe = per_token_folder(onnx_folder, Path(scratch))
         pipelines = build_pipelines(model_folder, onnx_folder, Path(scratch))
         config = pipelines[RUNS[1]].model.config
         agreement = int8_report["answer_agreement"]

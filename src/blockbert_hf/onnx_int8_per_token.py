@@ -91,14 +91,15 @@ def _quantize_rows(build: _GraphBuilder, x: str, k: int, smoothing: np.ndarray |
 
 def _integer_product(build: _GraphBuilder, node: onnx.NodeProto, rows: dict, weight: np.ndarray, bits: int) -> None:
     """Nodes computing `node`'s output from the per-token quantized input `rows` and `weight` in int8."""
-    name = f"{PREFIX}{node.name or node.output[0]}"
+    label = node.name or node.output[0]
+    name = PREFIX + label
     weight_int8, weight_scale = quantized_weight(weight, bits)
-    weight_name = build.constant(f"{node.name or node.output[0]}/weight", weight_int8)
+    weight_name = build.constant(f"{label}/weight", weight_int8)
     zero_point = build.constant("zero_point", np.array(ACTIVATION_ZERO_POINT, np.uint8))
     product = build.add("MatMulInteger", [rows["rows"], weight_name, zero_point], f"{name}/product")
     product = build.add("Cast", [product], f"{name}/product_fp32", to=onnx.TensorProto.FLOAT)
     product = build.add("Mul", [product, rows["scale"]], f"{name}/token_scaled")
-    scale_name = build.constant(f"{node.name or node.output[0]}/weight_scale", weight_scale)
+    scale_name = build.constant(f"{label}/weight_scale", weight_scale)
     product = build.add("Mul", [product, scale_name], f"{name}/scaled")
     columns = build.constant(f"columns_{weight.shape[1]}", np.array([weight.shape[1]], np.int64))
     shape = build.add("Concat", [rows["leading"], columns], f"{name}/shape", axis=0)
@@ -150,19 +151,18 @@ def quantize_per_token(
     if smoothing is not None and set(products) - set(maxima or {}):
         raise ValueError("Smoothing needs the calibration maxima of every input of a weight product.")
     weights = {initializer.name: numpy_helper.to_array(initializer) for initializer in graph.initializer}
-    rewritten = {node.name: node for nodes in products.values() for node in nodes}
-    build, quantized_inputs = _GraphBuilder(), {}
+    rewritten = {node.output[0] for nodes in products.values() for node in nodes}
+    build, quantized_inputs, factors = _GraphBuilder(), {}, {}
     for node in graph.node:
-        if node.name not in rewritten:
+        if node.output[0] not in rewritten:
             build.nodes.append(node)
             continue
         x = node.input[0]
-        factors = None
-        if smoothing is not None:
-            factors = smoothing_factors(maxima[x], [weights[n.input[1]] for n in products[x]], smoothing)
-        if x not in quantized_inputs:
-            quantized_inputs[x] = _quantize_rows(build, x, weights[node.input[1]].shape[0], factors)
-        weight = weights[node.input[1]] if factors is None else weights[node.input[1]] * factors[:, None]
+        if x not in quantized_inputs:  # once per input, for all the products reading it
+            if smoothing is not None:
+                factors[x] = smoothing_factors(maxima[x], [weights[n.input[1]] for n in products[x]], smoothing)
+            quantized_inputs[x] = _quantize_rows(build, x, weights[node.input[1]].shape[0], factors.get(x))
+        weight = weights[node.input[1]] if x not in factors else weights[node.input[1]] * factors[x][:, None]
         _integer_product(build, node, quantized_inputs[x], weight, bits)
     read = {name for node in build.nodes for name in node.input}
     kept = [initializer for initializer in graph.initializer if initializer.name in read]
@@ -174,7 +174,8 @@ def quantize_per_token(
 
 def input_maxima(model: onnx.ModelProto, nodes_to_exclude: list[str], feeds: list[dict]) -> dict[str, np.ndarray]:
     """The largest |x| per channel of every input of a weight product (`weight_products`) over the model inputs
-    `feeds`, run with ONNX Runtime: what `smoothing_factors` is computed from."""
+    `feeds`, run with ONNX Runtime: what `smoothing_factors` is computed from. (ONNX Runtime's calibrators keep one
+    range per tensor; smoothing needs one per channel.)"""
     import onnxruntime
 
     names = list(weight_products(model, nodes_to_exclude))
