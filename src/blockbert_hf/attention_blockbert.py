@@ -197,13 +197,14 @@ def build_attention_layout(
     device,
     dtype: torch.dtype = torch.float32,
     return_weights: bool = False,
+    padding_free: bool | None = None,
 ) -> AttentionLayout:
     """Precomputes the tiles and masks shared by all layers of one forward.
 
     `key_is_real` is the boolean `(batch, seq_len)` attention mask, or None when every position is a real token;
     `dtype` is the hidden states' (that of additive masks); `return_weights`, whether attention weights are wanted
-    (`output_attentions`). A padded batch is laid out padding-free where `config.padding_free` allows
-    (`_uses_padding_free`). Each group's mask is then put in the form the kernel takes (`KERNEL_MASK_FORMS`).
+    (`output_attentions`). A padded batch is laid out padding-free where `padding_free` (None: `config.padding_free`)
+    allows (`_uses_padding_free`). Each group's mask is then put in the form the kernel takes (`KERNEL_MASK_FORMS`).
     """
     traced = is_traced()
     if config.attention_pattern == "blockwise":
@@ -220,13 +221,14 @@ def build_attention_layout(
         blocks_per_sequence=blocks_per_sequence,
         num_tiles=batch_size * blocks_per_sequence,
         groups=groups,
-        blockwise=config.attention_pattern == "blockwise",
+        # n = 1 is full attention (RoBERTa): its weights are returned in RoBERTa's shape, (batch, heads, L, L).
+        blockwise=config.attention_pattern == "blockwise" and config.num_blocks > 1,
         implementation=config._attn_implementation or "eager",
         traced=traced,
         pads_input=pads_input,
         return_weights=return_weights,
     )
-    if _uses_padding_free(config, key_is_real, layout):
+    if _uses_padding_free(config.padding_free if padding_free is None else padding_free, key_is_real, layout):
         layout = padding_free_layout(layout, key_is_real)
     mask_form = KERNEL_MASK_FORMS.get(layout.implementation, _boolean_mask)
     for group in layout.groups:
@@ -345,18 +347,19 @@ class TokenPacking:
         return output.reshape(-1, output.shape[-2] * output.shape[-1]).index_select(0, self.slot_of_token)
 
 
-def _uses_padding_free(config: BlockBertConfig, key_is_real: torch.Tensor | None, layout: AttentionLayout) -> bool:
-    """Whether this forward computes the real tokens only (`config.padding_free`): a padded batch with at least one
-    real token, untraced (a traced program is one program for every input, so it computes padding), attention weights
-    not asked for (they are returned per tile of the padded batch), and a kernel other than flex_attention (whose
-    masks are built for the padded tiles)."""
+def _uses_padding_free(padding_free: bool, key_is_real: torch.Tensor | None, layout: AttentionLayout) -> bool:
+    """Whether this forward computes the real tokens only (`padding_free`): a padded batch in which every sequence has
+    a real token (a sequence of padding only has no real token to compute, yet the padded computation gives its
+    outputs, which a classification head reads), untraced (a traced program is one program for every input, so it
+    computes padding), attention weights not asked for (they are returned per tile of the padded batch), and a kernel
+    other than flex_attention (whose masks are built for the padded tiles)."""
     return (
-        config.padding_free
+        padding_free
         and key_is_real is not None
         and not layout.return_weights
         and not layout.traced
         and layout.implementation != "flex_attention"
-        and bool(key_is_real.any())
+        and bool(key_is_real.any(dim=-1).all())
     )
 
 
@@ -466,8 +469,8 @@ def eager_attention_on_blocks(
     for them, the attention probabilities.
 
     The probabilities returned are the very tensor that multiplies V (after dropout), so gradients can be taken
-    through them: `(batch, heads, blocks, block_len, block_len)` for the blockwise pattern, `(batch, heads, L, L)`
-    otherwise.
+    through them: `(batch, heads, blocks, block_len, block_len)` for the blockwise pattern with n > 1,
+    `(batch, heads, L, L)` otherwise.
     """
     probabilities, values = [], []
     for group in layout.groups:
@@ -644,7 +647,10 @@ def attention_on_blocks(
 def blockwise_attentions_to_dense(attentions: torch.Tensor, config: BlockBertConfig, seq_len: int) -> torch.Tensor:
     """Expands the per-block attention probabilities a blockwise model returns with `output_attentions=True`,
     `(batch, heads, blocks, block_len, block_len)`, to the equivalent dense `(batch, heads, seq_len, seq_len)` matrix
-    (zero outside each head's admissible blocks). For inspection and tests: this *is* the `N x N` matrix."""
+    (zero outside each head's admissible blocks). For inspection and tests: this *is* the `N x N` matrix. Dense
+    weights (n = 1, the dense patterns) are returned as they are."""
+    if attentions.dim() == 4:
+        return attentions[:, :, :seq_len, :seq_len]
     batch, num_heads, blocks_per_sequence, block_len, _ = attentions.shape
     dense = attentions.new_zeros(batch, num_heads, blocks_per_sequence * block_len, blocks_per_sequence * block_len)
     shifts = config.head_shifts

@@ -150,9 +150,15 @@ class BlockBertConfig(PreTrainedConfig):
             run on the batch's real tokens, and attention on the tiles (blocks) that hold one, so a tile of padding is
             never computed (docs/attention.md, "Padding-free batches"). Same outputs at every real token as the padded
             computation; it applies in eager mode with the eager and sdpa kernels whenever the batch has padding and
-            attention weights are not asked for. `False` computes padding as RoBERTa does.
+            attention weights are not asked for. A batch whose labels count at padding (per-token labels other than
+            -100 there, or an answer position on padding) is computed with its padding, so its loss is RoBERTa's
+            (`num_blocks=1`); so is a batch with a sequence of padding only. `False` computes padding as RoBERTa does.
 
-    The remaining fields are RoBERTa's ([`~transformers.RobertaConfig`]).
+    The remaining fields are RoBERTa's ([`~transformers.RobertaConfig`]), with the values of the released
+    `roberta-base` checkpoint as defaults: `max_position_embeddings=514` (N = 512), `layer_norm_eps=1e-05` and
+    `type_vocab_size=1`, where `RobertaConfig()` defaults to `512` (N = 510) and to BERT's `1e-12` and `2`. So
+    `BlockBertConfig(**fields)` and `RobertaConfig(**fields)` build the same model only when `fields` set these three;
+    the converter copies them from the source checkpoint.
 
     Example:
 

@@ -166,11 +166,12 @@ class BlockBertSelfAttention(nn.Module):
     per group of heads that share a shift (`attention_blockbert.py`).
 
     Returns `(attn_output, attn_weights)`. `attn_weights` (eager kernel only, as in transformers) are the attention
-    probabilities that multiply V, *per block* for `attention_pattern="blockwise"`: shape `(batch, heads, blocks,
-    block_len, block_len)`, where `attn_weights[:, h, i]` are the probabilities of the queries of block `i` over the
-    keys of block `partner_block(i, shift_h, n)`; positions at or past the input length are internal padding, and rows
-    of queries with no admissible key are zero. `blockwise_attentions_to_dense` turns them into `(batch, heads, L, L)`.
-    For the dense patterns (`"full"`, `"sparse_fixed"`) they are the usual `(batch, heads, L, L)`.
+    probabilities that multiply V, *per block* for `attention_pattern="blockwise"` with n > 1: shape `(batch, heads,
+    blocks, block_len, block_len)`, where `attn_weights[:, h, i]` are the probabilities of the queries of block `i`
+    over the keys of block `partner_block(i, shift_h, n)`; positions at or past the input length are internal padding,
+    and rows of queries with no admissible key are zero. `blockwise_attentions_to_dense` turns them into `(batch,
+    heads, L, L)`.
+    For n = 1 (RoBERTa) and the dense patterns (`"full"`, `"sparse_fixed"`) they are the usual `(batch, heads, L, L)`.
     """
 
     def __init__(self, config):
@@ -327,8 +328,9 @@ class BlockBertPreTrainedModel(PreTrainedModel):
         so a save that fails or is killed half-way leaves `save_directory` as it was. Files already there that this
         save does not write (a tokenizer saved earlier, say) are kept; the weight files of an earlier save
         (`model.safetensors`, its shards and index) are replaced. A symlinked `save_directory` is written through.
-        Where its parent may not be written, the files are moved in one by one, and a folder left half-written by a
-        killed save refuses to load (`from_pretrained`) until saved again.
+        Where the folder cannot be switched (its parent may not be written, it is a mount point or the working
+        directory, as in `save_pretrained(".")`), the files are moved in one by one, and a folder left half-written by
+        a killed save refuses to load (`from_pretrained`) until saved again.
 
         With `push_to_hub=True` (and transformers' `repo_id`, `private`, `commit_message`, `create_pr`, `token`), the
         folder as it is once saved, a tokenizer saved there before included, is uploaded in one commit. Its model card
@@ -492,22 +494,26 @@ def _check_head_mask(head_mask) -> None:
     )
 
 
-def _check_no_labels_on_padding(config: BlockBertConfig, labels, attention_mask) -> None:
-    """Refuses, with `config.padding_free`, per-token labels other than -100 at padding: padding-free computes no
-    padding, so their loss would differ from the padded computation's (which counts them, as RoBERTa does)."""
-    if labels is None or attention_mask is None or not config.padding_free or is_traced():
-        return
+def _labels_on_padding(labels, attention_mask, ignore_index: int = -100) -> bool:
+    """Whether `labels` (per token, `(batch, seq_len)`) count at a padding position of `attention_mask`."""
+    if labels is None or attention_mask is None or is_traced():
+        return False  # traced programs compute padding anyway (`_uses_padding_free`)
     if tuple(labels.shape) != tuple(attention_mask.shape):
-        return  # the loss reports mismatched shapes
-    on_padding = (labels.to(attention_mask.device) != -100) & ~attention_mask.bool()
-    if bool(on_padding.any()):
-        rows = on_padding.any(dim=-1).nonzero().flatten().tolist()
-        raise ValueError(
-            f"labels of rows {rows} are not -100 at padding (attention_mask 0). With padding_free=True (the default) "
-            "padding is not computed, so such labels cannot count as they do in RoBERTa's loss. Set the labels at "
-            "padding to -100 (as DataCollatorForLanguageModeling and DataCollatorForTokenClassification do), or load "
-            "the model with padding_free=False to compute padding and count them."
-        )
+        return False  # the loss reports mismatched shapes
+    return bool(((labels.to(attention_mask.device) != ignore_index) & ~attention_mask.bool()).any())
+
+
+def _padding_free_for_labels(config: BlockBertConfig, labels_on_padding: bool) -> bool | None:
+    """The `padding_free` of a call whose labels count at padding: False (RoBERTa counts them, and a padding-free
+    batch does not compute padding), with a note logged once; None (the config's) otherwise."""
+    if not (labels_on_padding and config.padding_free):
+        return None
+    logger.warning_once(
+        "Labels at padding positions (attention_mask 0) count in the loss, as in RoBERTa, so a batch with such labels "
+        "is computed with its padding: padding_free does not apply to it. Per-token labels of -100 at padding (what "
+        "transformers' data collators give) and answer positions on real tokens keep the padding-free speed."
+    )
+    return False
 
 
 @auto_docstring
@@ -544,8 +550,14 @@ class BlockBertModel(BlockBertPreTrainedModel):
         token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
+        padding_free: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor] | BaseModelOutputWithPooling:
+        r"""
+        padding_free (`bool`, *optional*):
+            For this call only, whether a padded batch is computed on its real tokens only (see
+            `BlockBertConfig.padding_free`, which `None` uses). The heads pass `False` when labels count at padding.
+        """
         _check_head_mask(kwargs.pop("head_mask", None))
         input_shape, key_is_real = _check_inputs(self.config, input_ids, inputs_embeds, attention_mask)
 
@@ -559,6 +571,7 @@ class BlockBertModel(BlockBertPreTrainedModel):
             device=embedding_output.device,
             dtype=embedding_output.dtype,
             return_weights=bool(kwargs.get("output_attentions", self.config.output_attentions)),
+            padding_free=padding_free,
         )
         encoder_outputs = self.encoder(embedding_output, layout, **kwargs)
         sequence_output = encoder_outputs.last_hidden_state
@@ -599,10 +612,10 @@ class BlockBertForMaskedLM(BlockBertPreTrainedModel):
     ) -> tuple[torch.Tensor] | MaskedLMOutput:
         r"""
         labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
-            Labels for the masked language modeling loss: token ids at masked positions, -100 elsewhere (padding
-            included, unless `config.padding_free=False`).
+            Labels for the masked language modeling loss: token ids at masked positions, -100 elsewhere. Labels at
+            padding count, as in RoBERTa; a batch with such labels is then computed with its padding (`padding_free`
+            does not apply to it).
         """
-        _check_no_labels_on_padding(self.config, labels, attention_mask)
         outputs = self.roberta(
             input_ids,
             attention_mask=attention_mask,
@@ -610,6 +623,7 @@ class BlockBertForMaskedLM(BlockBertPreTrainedModel):
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,
             return_dict=True,
+            padding_free=_padding_free_for_labels(self.config, _labels_on_padding(labels, attention_mask)),
             **kwargs,
         )
         sequence_output = outputs[0]
@@ -802,7 +816,8 @@ class BlockBertForMultipleChoice(BlockBertPreTrainedModel):
         )
 
 
-# RoBERTa's, except that labels at padding are refused under `padding_free` (`_check_no_labels_on_padding`).
+# RoBERTa's, except that a batch whose labels count at padding is computed with its padding
+# (`_padding_free_for_labels`).
 @auto_docstring
 class BlockBertForTokenClassification(BlockBertPreTrainedModel):
     def __init__(self, config: BlockBertConfig):
@@ -841,8 +856,11 @@ class BlockBertForTokenClassification(BlockBertPreTrainedModel):
             >= 2. All the value in this tensor should be always < type_vocab_size.
 
             [What are token type IDs?](../glossary#token-type-ids)
+        labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+            Labels for computing the token classification loss, in `[0, ..., config.num_labels - 1]`; -100 is left
+            out. Labels at padding count, as in RoBERTa; a batch with such labels is then computed with its padding
+            (`padding_free` does not apply to it).
         """
-        _check_no_labels_on_padding(self.config, labels, attention_mask)
         outputs = self.roberta(
             input_ids,
             attention_mask=attention_mask,
@@ -850,6 +868,7 @@ class BlockBertForTokenClassification(BlockBertPreTrainedModel):
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,
             return_dict=True,
+            padding_free=_padding_free_for_labels(self.config, _labels_on_padding(labels, attention_mask)),
             **kwargs,
         )
 
@@ -904,8 +923,24 @@ def _without_padding(logits: torch.Tensor, attention_mask: torch.Tensor | None) 
     return logits.masked_fill(~attention_mask.bool(), torch.finfo(logits.dtype).min)
 
 
+def _span_labels_on_padding(attention_mask, *positions) -> bool:
+    """Whether a start or end label (`(batch,)` or `(batch, 1)`) is a padding position of `attention_mask`. Labels
+    at or past the sequence length are ignored by the loss, so they are not on padding."""
+    if attention_mask is None or any(label is None for label in positions) or is_traced():
+        return False
+    seq_len = attention_mask.shape[-1]
+    rows = torch.arange(attention_mask.shape[0], device=attention_mask.device)
+    for label in positions:
+        label = label.reshape(-1).to(attention_mask.device)
+        inside = (label >= 0) & (label < seq_len)
+        if bool((attention_mask[rows[inside], label[inside]] == 0).any()):
+            return True
+    return False
+
+
 @auto_docstring
-# RoBERTa's RobertaForQuestionAnswering, except that the loss leaves padding positions out (`_without_padding`).
+# RoBERTa's RobertaForQuestionAnswering, except that the loss leaves padding positions out (`_without_padding`),
+# unless a label is a padding position: then the call is computed, and its loss counted, as RoBERTa does.
 class BlockBertForQuestionAnswering(BlockBertPreTrainedModel):
     def __init__(self, config: BlockBertConfig):
         super().__init__(config)
@@ -940,7 +975,13 @@ class BlockBertForQuestionAnswering(BlockBertPreTrainedModel):
             >= 2. All the value in this tensor should be always < type_vocab_size.
 
             [What are token type IDs?](../glossary#token-type-ids)
+        start_positions, end_positions (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+            The answer's first and last token; positions at or past the sequence length are left out of the loss. The
+            loss's softmax leaves padding positions out (padding is never an answer), so that it does not depend on
+            padding, unlike RoBERTa's, which counts them. Where a label is a padding position, the call is computed
+            and its loss counted as RoBERTa does (with its padding, over every position).
         """
+        roberta_loss = _span_labels_on_padding(attention_mask, start_positions, end_positions)
         outputs = self.roberta(
             input_ids,
             attention_mask=attention_mask,
@@ -948,6 +989,7 @@ class BlockBertForQuestionAnswering(BlockBertPreTrainedModel):
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,
             return_dict=True,
+            padding_free=_padding_free_for_labels(self.config, roberta_loss),
             **kwargs,
         )
 
@@ -971,8 +1013,9 @@ class BlockBertForQuestionAnswering(BlockBertPreTrainedModel):
             end_positions = end_positions.clamp(0, ignored_index)
 
             loss_fct = CrossEntropyLoss(ignore_index=ignored_index)
-            start_loss = loss_fct(_without_padding(start_logits, attention_mask), start_positions)
-            end_loss = loss_fct(_without_padding(end_logits, attention_mask), end_positions)
+            loss_mask = None if roberta_loss else attention_mask
+            start_loss = loss_fct(_without_padding(start_logits, loss_mask), start_positions)
+            end_loss = loss_fct(_without_padding(end_logits, loss_mask), end_positions)
             total_loss = (start_loss + end_loss) / 2
 
         return QuestionAnsweringModelOutput(

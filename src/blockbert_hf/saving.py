@@ -19,6 +19,7 @@ transformers' remote-code loader refuses a carried file that imports a package w
 """
 
 import copy
+import errno
 import glob
 import gzip
 import hashlib
@@ -128,18 +129,35 @@ def set_default_file_mode(path: str | os.PathLike) -> None:
     os.chmod(path, 0o666 & ~_current_umask())
 
 
+def _cannot_be_swapped(target: Path) -> bool:
+    """Whether an existing folder must be updated where it is rather than swapped for a new one: a mount point (a
+    container volume's root) cannot be renamed, and swapping the folder that holds the working directory would leave
+    the process in a deleted folder (`save_pretrained(".")`)."""
+    if not target.is_dir():
+        return False
+    try:
+        working = Path(os.getcwd())
+    except FileNotFoundError:
+        working = None
+    return os.path.ismount(target) or (working is not None and (working == target or target in working.parents))
+
+
 def _create_staging(target: Path, inside_allowed: bool = False) -> tuple[Path, bool]:
     """Creates the staging folder beside `target`; returns it and whether it is inside `target` instead, which only
-    an update (`inside_allowed`) of an existing folder whose parent may not be written does."""
+    an update (`inside_allowed`) of an existing folder does, where its parent may not be written or the folder cannot
+    be swapped (`_cannot_be_swapped`)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_writes(target)
     prefix = f".{target.name}.tmp-{os.getpid()}@{_HOST}-"
-    try:
-        staging, inside = Path(tempfile.mkdtemp(prefix=prefix, dir=target.parent)), False
-    except PermissionError:
-        if not (inside_allowed and target.is_dir()):
-            raise
+    if inside_allowed and _cannot_be_swapped(target):
         staging, inside = Path(tempfile.mkdtemp(prefix=prefix, dir=target)), True
+    else:
+        try:
+            staging, inside = Path(tempfile.mkdtemp(prefix=prefix, dir=target.parent)), False
+        except PermissionError:
+            if not (inside_allowed and target.is_dir()):
+                raise
+            staging, inside = Path(tempfile.mkdtemp(prefix=prefix, dir=target)), True
     staging.chmod(0o777 & ~_current_umask())  # mkdtemp makes it owner-only; the result should look like any folder
     return staging, inside
 
@@ -184,19 +202,34 @@ def _entries_to_keep(target: Path, written: set[str], replaced: Callable[[str], 
 def _update_by_swap(staging: Path, target: Path, replaced: Callable[[str], bool]) -> None:
     """Hard-links (or copies) the entries of `target` to keep into `staging`, then swaps the folders: a kill leaves
     either folder complete, never a mix of the two."""
-    for entry in _entries_to_keep(target, {entry.name for entry in staging.iterdir()}, replaced):
+    written = {entry.name for entry in staging.iterdir()}
+    for entry in _entries_to_keep(target, written, replaced):
         if entry.is_dir() and not entry.is_symlink():
             shutil.copytree(entry, staging / entry.name, symlinks=True, copy_function=_link_or_copy)
         else:
             _link_or_copy(entry, staging / entry.name)
     shutil.copymode(target, staging)
-    _replace_with(staging, target)
+    try:
+        _replace_with(staging, target)
+    except OSError as error:
+        # A folder the system refuses to rename (a mount point `_cannot_be_swapped` did not recognise, such as a bind
+        # mount) or across file systems: update it in place, with the kept entries' copies dropped first.
+        if error.errno not in (errno.EBUSY, errno.EXDEV):
+            raise
+        for entry in staging.iterdir():
+            if entry.name in written:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        _update_in_place(staging, target, replaced)
 
 
 def _update_in_place(staging: Path, target: Path, replaced: Callable[[str], bool]) -> None:
-    """Moves every entry of `staging` (a folder inside `target`) into `target`, where the folder cannot be swapped
-    (its parent may not be written). The moves are not one step: `UNFINISHED_SAVE_MARKER` stays in `target` until they
-    are all done, so a folder a killed update left refuses to load (`check_save_is_complete`)."""
+    """Moves every entry of `staging` (a folder inside `target`, or beside it where a swap was refused) into
+    `target`, where the folder cannot be swapped. The moves are not one step: `UNFINISHED_SAVE_MARKER` stays in
+    `target` until they are all done, so a folder a killed update left refuses to load (`check_save_is_complete`)."""
     marker = target / UNFINISHED_SAVE_MARKER
     write_file_atomically(marker, "A save into this folder did not finish: save again before loading it.\n")
     written = {entry.name for entry in staging.iterdir()}
@@ -207,7 +240,12 @@ def _update_in_place(staging: Path, target: Path, replaced: Callable[[str], bool
         destination = target / name
         if destination.is_dir() and not destination.is_symlink():
             shutil.rmtree(destination)
-        os.replace(staging / name, destination)
+        try:
+            os.replace(staging / name, destination)
+        except OSError as error:
+            if error.errno != errno.EXDEV:
+                raise
+            shutil.move(staging / name, destination)  # staging on another file system: copied, then removed
     staging.rmdir()
     marker.unlink()
 
@@ -225,8 +263,9 @@ def atomic_directory(
     With `update=True` an existing folder at `path` is updated instead of replaced: its other entries are kept, except
     the files whose names `replaced` accepts (what an earlier write of the same kind left, e.g. the weight files of an
     earlier save). They are hard-linked into the staging folder, which then replaces the folder in one step. Where the
-    folder's parent may not be written, the staging folder is made inside it and its entries are moved in one by one,
-    with a marker that makes a folder left half-updated refuse to load (`check_save_is_complete`)."""
+    folder's parent may not be written, the folder is a mount point or holds the working directory, or the system
+    refuses the swap (EBUSY, EXDEV), the staged entries are moved in one by one instead, with a marker that makes a
+    folder left half-updated refuse to load (`check_save_is_complete`)."""
     target = Path(os.path.realpath(path))
     replaced = replaced or (lambda name: False)
     is_main = accelerator is None or accelerator.is_main_process

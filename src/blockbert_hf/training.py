@@ -18,6 +18,7 @@ The options the scripts share: `--report_to` (`trackers`), `--gradient_checkpoin
 
 import argparse
 import gc
+import hashlib
 import importlib.util
 import json
 import math
@@ -45,6 +46,7 @@ from .saving import (  # noqa: E402
     atomic_directory,
     check_output_keeps_inputs,
     remove_stale_staging,
+    sha256_of_file,
     write_file_atomically,
     write_json_atomically,
 )
@@ -246,11 +248,46 @@ def differing_arguments(saved: Mapping, current: Mapping, ignore: Collection[str
 
 
 def _describe(differing: Mapping[str, tuple]) -> str:
-    return ", ".join(f"--{name} {saved!r} there, {current!r} now" for name, (saved, current) in differing.items())
+    described = []
+    for name, (saved, current) in differing.items():
+        if name == INPUT_DIGESTS:
+            changed = sorted(option for option in set(saved) | set(current) if saved.get(option) != current.get(option))
+            described += [f"the content of {option} changed ({saved.get(option)} there, {current.get(option)} now)"
+                          for option in changed]  # fmt: skip
+        else:
+            described.append(f"--{name} {saved!r} there, {current!r} now")
+    return ", ".join(described)
 
 
 def _read_json(path: Path) -> dict | None:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+INPUT_DIGESTS = "input_digests"  # the key of `run_args.json` holding the content digests of local training inputs
+
+
+def _digest_of_path(path: Path) -> str:
+    """`"<bytes> bytes, sha256 <hex>"` of a file, or of a folder's files (their relative paths, sizes and contents)."""
+    if path.is_file():
+        return f"{path.stat().st_size} bytes, sha256 {sha256_of_file(path)}"
+    digest, size = hashlib.sha256(), 0
+    for file in sorted(item for item in path.rglob("*") if item.is_file()):
+        size += file.stat().st_size
+        digest.update(f"{file.relative_to(path).as_posix()}\0{sha256_of_file(file)}\0".encode())
+    return f"{size} bytes, sha256 {digest.hexdigest()}"
+
+
+def input_digests(inputs: Mapping[str, str | os.PathLike | list | None]) -> dict[str, str | list[str]]:
+    """Content digests of the local training inputs (option name -> path or paths; Hub ids and None are left out):
+    stored in `run_args.json` and checkpoints as `INPUT_DIGESTS`, so that a resume refuses a file whose content changed
+    under the same path, as it refuses a changed path (it would skip batches it never trained on)."""
+    digests = {}
+    for name, paths in inputs.items():
+        local = [Path(path) for path in (paths if isinstance(paths, list | tuple) else [paths]) if path is not None]
+        if local and all(path.exists() for path in local):
+            found = [_digest_of_path(path) for path in local]
+            digests[name] = found if isinstance(paths, list | tuple) else found[0]
+    return digests
 
 
 def checkpoint_to_resume(resume: bool, resume_from_checkpoint: str | None) -> str | None:
@@ -470,6 +507,16 @@ def load_checkpoint(accelerator, checkpoint: str | os.PathLike) -> dict:
 
 # Trainer's `get_decay_parameter_names`: no weight decay on biases and normalization weights.
 _NO_DECAY_NAME_PATTERNS = [r"bias", r"layernorm", r"layer_norm", r"rmsnorm", r"(?:^|\.)norm(?:$|\.)", r"_norm(?:$|\.)"]
+
+
+def dropout_seed(seed: int, step: int, process_index: int, micro_batch: int | None = None) -> int:
+    """The seed of dropout's random stream for one optimizer step (or one of its micro-batches), on one process: it
+    depends on these alone. Seeding torch's global RNG with it before each step makes a resumed run draw what an
+    uninterrupted one draws; restoring the RNG state a checkpoint saved is not enough, because a DataLoader also
+    draws from that RNG whenever an epoch's iterator is made, which a run resumed mid-epoch does at another point."""
+    step_key = f"dropout-{step}" if micro_batch is None else f"dropout-{step}.{micro_batch}"
+    digest = hashlib.blake2b(f"{seed}/{step_key}/{process_index}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & (2**63 - 1)
 
 
 def decay_parameter_names(model: torch.nn.Module) -> set[str]:

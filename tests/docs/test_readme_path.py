@@ -3,10 +3,11 @@ its convert and fine-tune commands as the README gives them (the source model an
 ones), publishing with the option it names to a stand-in for the Hub, and the published model loaded back through
 `pipeline(..., trust_remote_code=True)` and, with the export command of docs/export.md, on ONNX Runtime."""
 
+import json
 import shlex
 
 import pytest
-from conftest import REPO_ROOT, load_script, tiny_roberta_source
+from conftest import REPO_ROOT, SAMPLE_TEXT, load_script, tiny_roberta_source
 from page_checks import fenced_blocks, page_commands, read_page
 from transformers import AutoTokenizer, pipeline
 
@@ -15,6 +16,8 @@ HUB_ID = "someone/minilm-n1024-qa"
 # What makes the README's fine-tuning tiny: appended, so these win over the README's values.
 TINY_RUN = ["--max_train_samples", "12", "--max_eval_samples", "6", "--num_train_epochs", "1"]
 TINY_RUN += ["--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "4"]
+TINY_PRETRAINING = ["--max_train_steps", "1", "--tokens_per_batch", "2048", "--per_device_train_batch_size", "2"]
+TINY_PRETRAINING += ["--report_to", "none"]
 
 
 def readme_command(script: str) -> list[str]:
@@ -69,6 +72,19 @@ def test_the_published_model_answers_through_the_pipeline(published, tmp_path):
     qa = pipeline("question-answering", model=str(downloaded), trust_remote_code=True)
     answer = qa(question="Who is Robert Boulter?", context=read_page("data/samples/wikitext2_test_sample.txt"))
     assert answer["answer"] and answer["end"] > answer["start"]
+
+
+def test_the_pretraining_command_continues_the_converted_checkpoint_at_its_n(published, tmp_path):
+    """The README's `run_mlm.py` command on the folder its converter made (N = 1024: two blocks of the source's 512
+    positions), without --max_seq_length: the run takes the checkpoint's N."""
+    _, folder = published
+    names = {"OUT": str(tmp_path / "run"), "outputs/minilm-n1024": str(folder / "minilm-n1024")}
+    names["books/*.txt.gz"] = str(SAMPLE_TEXT)
+    pretrain = load_script("examples/run_mlm.py").main
+    assert pretrain([*swapped(readme_command("examples/run_mlm.py"), names), *TINY_PRETRAINING]) == 0
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["finished"] and results["model"]["num_blocks"] == 2 and results["model"]["block_size"] == 512
+    assert json.loads((tmp_path / "run" / "run_args.json").read_text())["max_seq_length"] == 1024
 
 
 @pytest.mark.slow

@@ -2,6 +2,7 @@
 the --quick mode of every script in benchmarks/ (which checks that the scripts work; nothing here asserts speed)."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -71,6 +72,25 @@ def test_track_peak_memory_counts_the_peak_of_tensors_allocated_inside():
         fourth = torch.ones(1024, 1024)
     assert (again.peak_bytes, again.retained_bytes) == (4 * MIB, 4 * MIB)
     del fourth
+
+
+def test_measuring_cpu_memory_prints_nothing_of_the_profiler():
+    """torch's profiler back end prints its start and stop ("USDT: ... profiler_start") on stderr, which a user of the
+    demo reads as errors."""
+    script = (
+        "import torch\n"
+        "from blockbert_benchmarks.measuring.memory import track_peak_memory\n"
+        "with track_peak_memory('cpu') as memory:\n"
+        "    torch.ones(1024).sum()\n"
+        "print(memory.peak_bytes)\n"
+    )
+    environment = {name: value for name, value in os.environ.items() if name != "KINETO_LOG_LEVEL"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO_ROOT / "benchmarks", env=environment
+    )
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) > 0
+    assert "profiler_start" not in done.stderr and "USDT" not in done.stderr + done.stdout
 
 
 def test_track_peak_memory_rejects_other_devices():

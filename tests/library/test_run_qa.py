@@ -38,7 +38,7 @@ from blockbert_hf.qa import (
 )
 from blockbert_hf.saving import save_atomically
 from blockbert_hf.tokenization import match_tokenizer_to_config, train_roberta_tokenizer
-from blockbert_hf.training import NonFiniteLossError, OutputDirError, list_checkpoints
+from blockbert_hf.training import NonFiniteLossError, OutputDirError, list_checkpoints, read_metrics
 
 
 SQUAD_V1 = REPO_ROOT / "data" / "samples" / "squad_v1.1_dev_sample.json"
@@ -502,6 +502,38 @@ def test_resuming_from_a_checkpoint_gives_the_same_model(trained_run, tiny_qa_fo
         torch.testing.assert_close(got[name], expected[name], rtol=1e-5, atol=1e-6)
 
 
+def _save_tiny_qa_model(folder, **config_overrides):
+    contexts = sorted(set(read_squad_json(SQUAD_V1)["context"]))
+    tokenizer = train_roberta_tokenizer(contexts, vocab_size=1000, model_max_length=128)
+    config = tiny_config(vocab_size=len(tokenizer), max_position_embeddings=130, **config_overrides)
+    match_tokenizer_to_config(tokenizer, config)
+    torch.manual_seed(0)
+    save_atomically(folder, BlockBertForQuestionAnswering(config).save_pretrained, tokenizer.save_pretrained)
+    return folder
+
+
+def test_a_run_killed_mid_epoch_with_dropout_resumes_exactly(tmp_path):
+    """Dropout on (the default of real models), killed after a checkpoint in the middle of an epoch: the resumed run
+    logs the same losses and ends with the same weights as the uninterrupted one."""
+    model = _save_tiny_qa_model(tmp_path / "model", hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+    options = dict(
+        do_eval=False, max_train_steps=None, num_train_epochs=2, max_train_samples=16, per_device_train_batch_size=4,
+        logging_steps=1, checkpointing_steps="3",
+    )  # fmt: skip
+    reference = run_qa(_trained_run_config(model, tmp_path / "reference", **options))
+    steps_per_epoch = reference["completed_steps"] // 2
+    assert steps_per_epoch > 3 and reference["completed_steps"] > 6  # step 3 is inside the first epoch
+    killed = tmp_path / "killed"  # what a kill after step 3's checkpoint leaves (the log goes on past it)
+    shutil.copytree(reference_dir := tmp_path / "reference", killed, ignore=shutil.ignore_patterns("model", "step_*"))
+    shutil.copytree(reference_dir / "checkpoints" / "step_3", killed / "checkpoints" / "step_3")
+    run_qa(_trained_run_config(model, killed, resume=True, **options))
+    expected, resumed = read_metrics(reference_dir / "metrics.jsonl"), read_metrics(killed / "metrics.jsonl")
+    assert [record["loss"] for record in resumed] == [record["loss"] for record in expected]
+    weights = [load_file(run / "model" / "model.safetensors") for run in (reference_dir, killed)]
+    for name, tensor in weights[0].items():
+        torch.testing.assert_close(weights[1][name], tensor, rtol=0, atol=0, msg=name)
+
+
 def test_run_qa_on_squad_v2_scores_unanswerable_questions(tiny_qa_folder):
     output = tiny_qa_folder.parent / "v2"
     run_script(
@@ -556,6 +588,23 @@ def test_run_qa_resumes_only_a_checkpoint_of_the_same_run(trained_run, tiny_qa_f
         run_qa(changed)
     with pytest.raises(OutputDirError, match="no complete checkpoint"):
         run_qa(_trained_run_config(tiny_qa_folder, tmp_path, resume=True))
+
+
+def test_resume_refuses_a_training_file_whose_content_changed_under_the_same_path(
+    tiny_qa_folder, tmp_path, monkeypatch
+):
+    train_file = tmp_path / "train.json"
+    shutil.copyfile(SQUAD_V1, train_file)
+    output = tmp_path / "run"
+    options = dict(train_file=str(train_file), do_eval=False, max_train_steps=2, max_train_samples=16)
+    run_qa(_trained_run_config(tiny_qa_folder, output, checkpointing_steps="1", **options))
+    shutil.rmtree(output / "model")  # as a run killed after its last checkpoint leaves it
+    squad = json.loads(train_file.read_text())
+    squad["data"][0]["paragraphs"][0]["qas"][0]["question"] = "Which question is this now?"
+    train_file.write_text(json.dumps(squad))
+    monkeypatch.setattr(finetuning, "_load_model_and_tokenizer", lambda config: pytest.fail("work started"))
+    with pytest.raises(OutputDirError, match=r"Cannot resume: .*the content of --train_file changed \(\d+ bytes"):
+        run_qa(_trained_run_config(tiny_qa_folder, output, checkpointing_steps="1", resume=True, **options))
 
 
 def test_resuming_from_the_last_checkpoint_runs_no_step_past_max_train_steps(trained_run, tiny_qa_folder, tmp_path):

@@ -236,7 +236,7 @@ def test_a_qa_run_that_failed_before_training_does_not_block_its_retry(qa_model,
     assert status == 2
 
     started = []
-    monkeypatch.setattr(finetuning, "_run", lambda config, accelerator, resume_from: started.append(config) or {})
+    monkeypatch.setattr(finetuning, "_run", lambda config, *_: started.append(config) or {})
     status, stderr = _run_script("run_qa.py", argv, capsys)  # the same folder, the option fixed
     assert status == 0 and len(started) == 1, stderr
 

@@ -22,6 +22,24 @@ def test_defaults_follow_spec():
     assert config.position_embedding_style == "roberta"
 
 
+def test_the_defaults_that_differ_from_roberta_config_are_named_in_the_docstring():
+    """`BlockBertConfig()` takes roberta-base's values where `RobertaConfig()` does not; the docstring names each field
+    with both defaults."""
+    from transformers import RobertaConfig
+
+    ours, roberta = BlockBertConfig(), RobertaConfig()
+    shared = set(RobertaConfig.__dataclass_fields__) & set(BlockBertConfig.__dataclass_fields__)
+    differing = {
+        name for name in shared if not name.startswith("_") and getattr(ours, name) != getattr(roberta, name)
+    } - {"model_type"}
+    assert differing == {"max_position_embeddings", "layer_norm_eps", "type_vocab_size"}
+    docstring = " ".join(BlockBertConfig.__doc__.split())
+    for name in differing:
+        assert f"`{name}={getattr(ours, name)}`" in docstring
+    defaults = (roberta.max_position_embeddings, roberta.layer_norm_eps, roberta.type_vocab_size)
+    assert "defaults to `{}` (N = 510) and to BERT's `{}` and `{}`".format(*defaults) in docstring
+
+
 def test_three_blocks_at_512_pads_to_171():
     config = BlockBertConfig(num_blocks=3)
     assert config.effective_block_size == 171 and config.heads_per_shift == [8, 2, 2]

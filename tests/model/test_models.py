@@ -114,6 +114,50 @@ def qa_loss_without_padding(outputs, batch) -> torch.Tensor:
     return sum(losses) / 2
 
 
+@pytest.mark.parametrize(
+    "blockbert_class",
+    [BlockBertForMaskedLM, BlockBertForTokenClassification, BlockBertForQuestionAnswering],
+    ids=lambda cls: cls.__name__,
+)
+def test_labels_at_padding_give_robertas_loss_and_gradients(blockbert_class):
+    """RoBERTa's inputs as users pass them (`labels = input_ids.clone()`, an answer position on padding): with n = 1
+    and the defaults (padding-free), the loss and every gradient are RoBERTa's, and finite."""
+    num_labels = 2 if blockbert_class is BlockBertForQuestionAnswering else NUM_LABELS
+    roberta = ROBERTA_HEADS[blockbert_class](RobertaConfig(**ROBERTA_FIELDS, num_labels=num_labels))
+    blockbert = blockbert_class(tiny_config(num_blocks=1, num_labels=num_labels))
+    blockbert.load_state_dict(roberta.state_dict(), strict=True)
+    input_ids, attention_mask = random_batch([64, 30], 64)
+    batch = {"input_ids": input_ids, "attention_mask": attention_mask}
+    if blockbert_class is BlockBertForQuestionAnswering:
+        batch.update(start_positions=torch.tensor([3, 40]), end_positions=torch.tensor([5, 41]))  # row 1: padding
+    else:
+        batch["labels"] = input_ids % num_labels if blockbert_class is BlockBertForTokenClassification else input_ids
+    results = []
+    for model in (roberta, blockbert):
+        loss = model(**batch).loss
+        loss.backward()
+        results.append((loss.detach(), {name: p.grad for name, p in model.named_parameters() if p.grad is not None}))
+    (expected_loss, expected_gradients), (loss, gradients) = results
+    assert torch.isfinite(loss)
+    torch.testing.assert_close(loss, expected_loss, atol=1e-5, rtol=1e-5)
+    assert gradients.keys() == expected_gradients.keys()
+    for name, gradient in expected_gradients.items():
+        torch.testing.assert_close(gradients[name], gradient, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_question_answering_loss_leaves_padding_out_while_labels_are_on_real_tokens():
+    """Answers on real tokens: the loss's softmax leaves padding out (so padded and padding-free batches agree),
+    where RoBERTa's counts it; so n = 1 differs from RoBERTa there, as docs/attention.md says."""
+    roberta = RobertaForQuestionAnswering(RobertaConfig(**ROBERTA_FIELDS)).eval()
+    blockbert = make_model(BlockBertForQuestionAnswering, tiny_config(num_blocks=1))
+    blockbert.load_state_dict(roberta.state_dict(), strict=True)
+    batch = head_batch(BlockBertForQuestionAnswering)
+    with torch.no_grad():
+        expected, actual = roberta(**batch), blockbert(**batch)
+    torch.testing.assert_close(actual.loss, qa_loss_without_padding(expected, batch), atol=1e-5, rtol=1e-5)
+    assert (actual.loss - expected.loss).abs() > 1e-3
+
+
 def test_one_block_reproduces_bert_with_bert_positions():
     bert_fields = dict(
         ROBERTA_FIELDS, max_position_embeddings=64, type_vocab_size=2, layer_norm_eps=1e-12, pad_token_id=0
@@ -150,6 +194,7 @@ def test_one_block_reproduces_bert_with_bert_positions():
     [
         ({}, (2, 4, 2, 32, 32)),  # blockwise: (batch, heads, blocks, b, b)
         ({"num_blocks": 4, "heads_per_shift": [1, 1, 1, 1]}, (2, 4, 4, 16, 16)),
+        ({"num_blocks": 1, "heads_per_shift": [4]}, (2, 4, 64, 64)),  # n = 1: RoBERTa's shape
         ({"attention_pattern": "full"}, (2, 4, 64, 64)),
         ({"attention_pattern": "sparse_fixed", "sparse_stride": 8, "sparse_expressivity": 2}, (2, 4, 64, 64)),
     ],

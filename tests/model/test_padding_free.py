@@ -190,17 +190,74 @@ def test_the_switch_is_saved_only_when_off(tmp_path):
     assert BlockBertConfig.from_pretrained(tmp_path).padding_free is False
 
 
+def loss_and_gradients(model, **batch):
+    model.zero_grad()
+    loss = model(**batch).loss
+    loss.backward()
+    return loss.detach(), {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+def assert_same_loss_and_gradients(expected, actual):
+    torch.testing.assert_close(actual[0], expected[0], atol=1e-5, rtol=1e-5)
+    assert actual[1].keys() == expected[1].keys()
+    for name, gradient in expected[1].items():
+        torch.testing.assert_close(actual[1][name], gradient, atol=1e-5, rtol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("pattern", ["n=4 shifts 0-3", "n=2 3:1", "full"])
 @pytest.mark.parametrize("model_class", [BlockBertForMaskedLM, BlockBertForTokenClassification])
-def test_labels_on_padding_never_give_a_loss_that_depends_on_padding_free(model_class):
-    """The padded computation counts labels at padding, as RoBERTa does; padding-free computes no padding, so there
-    such labels are refused, naming the option, instead of giving another loss."""
-    padded, packed = paired_models(model_class, "sdpa")
-    input_ids, attention_mask = random_batch([64, 30], 64, generator=torch.Generator().manual_seed(0))
-    labels = input_ids % 2  # a label at every position, padding included (e.g. labels=input_ids)
+def test_labels_at_padding_count_as_in_the_padded_computation(model_class, pattern, monkeypatch):
+    """Labels at padding (`labels=input_ids`, say) count as the padded computation (and RoBERTa) counts them: that
+    batch is computed with its padding, so its loss and gradients equal the padded computation's. A batch whose labels
+    are -100 at padding stays padding-free."""
+    padded, packed = paired_models(model_class, "sdpa", **PATTERNS[pattern])
+    input_ids, attention_mask = random_batch(LENGTHS, 64, generator=torch.Generator().manual_seed(0))
+    labels = input_ids % 2  # a label at every position, padding included
+    layouts = []
+    real_padding_free_layout = attention_blockbert.padding_free_layout
+    monkeypatch.setattr(
+        attention_blockbert, "padding_free_layout", lambda *args: layouts.append(1) or real_padding_free_layout(*args)
+    )
+    batch = dict(input_ids=input_ids, attention_mask=attention_mask)
+    assert_same_loss_and_gradients(
+        loss_and_gradients(padded, **batch, labels=labels), loss_and_gradients(packed, **batch, labels=labels)
+    )
+    assert not layouts  # computed with its padding
+    without = labels.masked_fill(~attention_mask.bool(), -100)
+    assert_same_loss_and_gradients(
+        loss_and_gradients(padded, **batch, labels=without), loss_and_gradients(packed, **batch, labels=without)
+    )
+    assert layouts  # padding-free
+
+
+def test_labels_at_padding_are_noted_once(caplog):
+    from transformers.utils import logging as transformers_logging
+
+    model = make_model(BlockBertForMaskedLM, tiny_config(), "sdpa")
+    input_ids, attention_mask = random_batch([64, 30], 64)
+    transformers_logging.warning_once.cache_clear()  # earlier tests of this process may have given the note already
+    transformers_logging.enable_propagation()
+    try:
+        with caplog.at_level("WARNING"), torch.no_grad():
+            for _ in range(3):
+                model(input_ids, attention_mask=attention_mask, labels=input_ids)
+    finally:
+        transformers_logging.disable_propagation()
+    assert sum("Labels at padding positions" in record.getMessage() for record in caplog.records) == 1
+
+
+@pytest.mark.parametrize("model_class", [BlockBertForSequenceClassification, BlockBertForMultipleChoice])
+def test_a_sequence_of_padding_only_gets_the_padded_computation_outputs(model_class):
+    """A row of a labelled batch that is all padding: its logits and the loss equal the padded computation's (the
+    batch is computed with its padding: padding-free has no real token to compute for that row)."""
+    padded, packed = paired_models(model_class, "sdpa", num_labels=3)
+    lengths = [64, 0, 20] if model_class is BlockBertForSequenceClassification else [64, 0, 20, 5, 0, 33]
+    input_ids, attention_mask = random_batch(lengths, 64, generator=torch.Generator().manual_seed(0))
+    batch = dict(input_ids=input_ids, attention_mask=attention_mask, labels=torch.tensor([0, 1, 2]))
+    if model_class is BlockBertForMultipleChoice:
+        batch = dict(input_ids=input_ids.view(2, 3, 64), attention_mask=attention_mask.view(2, 3, 64))
+        batch["labels"] = torch.tensor([1, 2])
     with torch.no_grad():
-        assert padded(input_ids, attention_mask=attention_mask, labels=labels).loss is not None
-        with pytest.raises(ValueError, match=r"padding_free=False"):
-            packed(input_ids, attention_mask=attention_mask, labels=labels)
-        without = labels.masked_fill(~attention_mask.bool(), -100)
-        expected = padded(input_ids, attention_mask=attention_mask, labels=without).loss
-        torch.testing.assert_close(packed(input_ids, attention_mask=attention_mask, labels=without).loss, expected)
+        expected, actual = padded(**batch), packed(**batch)
+    torch.testing.assert_close(actual.logits, expected.logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(actual.loss, expected.loss, atol=1e-5, rtol=1e-5)

@@ -2,12 +2,14 @@
 it with the AutoClasses and without the package, folders saved by blockbert-hf 0.1, and atomic writes."""
 
 import copy
+import errno
 import json
 import os
 import stat
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -432,6 +434,46 @@ def test_saving_into_a_folder_whose_parent_is_not_writable_stages_inside_it(tmp_
     assert (folder / "tokenizer.json").read_text() == "{}"
     assert not [path.name for path in folder.iterdir() if path.name.startswith(".")]
     assert [path.name for path in tmp_path.iterdir()] == ["model"]
+
+
+def test_saving_into_the_working_directory_leaves_the_process_in_it(tmp_path, monkeypatch, tokenizer):
+    """`model.save_pretrained(".")` from inside the folder, then a relative write, as users do."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    models = {"A": _tagged_model("A")}
+    models["A"].save_pretrained(".")
+    assert Path(os.getcwd()) == folder
+    tokenizer.save_pretrained(".")
+    assert _assert_loads_as_one_save(folder, models) == "A"
+    assert (folder / "tokenizer.json").is_file()
+    assert not [path.name for path in folder.iterdir() if path.name.startswith(".")]
+    assert [path.name for path in tmp_path.iterdir()] == ["model"]
+
+
+@pytest.mark.parametrize("code", [errno.EBUSY, errno.EXDEV], ids=["EBUSY", "EXDEV"])
+def test_saving_into_a_folder_the_system_will_not_rename_updates_it_in_place(tmp_path, monkeypatch, code):
+    """A container volume's root (a bind mount) refuses the rename with EBUSY; the save then updates it in place."""
+    folder = tmp_path / "volume"
+    folder.mkdir()
+    (folder / "tokenizer.json").write_text("{}")
+    (folder / "notes").mkdir()
+    (folder / "notes" / "a.txt").write_text("kept")
+    replace = os.replace
+
+    def refusing_replace(source, destination, **kwargs):
+        if os.path.abspath(source) == str(folder):
+            raise OSError(code, os.strerror(code), str(source))
+        return replace(source, destination, **kwargs)
+
+    monkeypatch.setattr(os, "replace", refusing_replace)
+    models = {"A": _tagged_model("A")}
+    models["A"].save_pretrained(folder, max_shard_size="20KB")
+    assert _assert_loads_as_one_save(folder, models) == "A"
+    assert (folder / "tokenizer.json").read_text() == "{}"
+    assert (folder / "notes" / "a.txt").read_text() == "kept"
+    assert not [path.name for path in folder.iterdir() if path.name.startswith(".")]
+    assert [path.name for path in tmp_path.iterdir()] == ["volume"]
 
 
 # --- symlinked output folders ----------------------------------------------------------------------------------------

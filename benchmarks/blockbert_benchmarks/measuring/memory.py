@@ -2,6 +2,7 @@
 allocation events, CUDA through the caching allocator's statistics), the paper's model and optimizer memory, and the
 least-squares line of activation memory against the sequence length."""
 
+import os
 import statistics
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -118,6 +119,9 @@ def track_peak_memory(device: str | torch.device = "cpu"):
     if device.type != "cpu":
         raise ValueError(f"track_peak_memory measures 'cpu' or 'cuda' devices, got {device.type!r}.")
     record.method = CPU_MEMORY_METHOD
+    # Kineto, the profiler's back end, prints its start and stop ("USDT: ... profiler_start") on stderr, which reads as
+    # an error; level 6 silences it. Read when the profiler first starts in the process; a value the user set is kept.
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
     resident_on_entry = _reset_peak_resident_set()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
         yield record

@@ -26,6 +26,9 @@ TOKENIZER_DIR = "tokenizer"
 RESULTS_FILE = "results.json"
 
 
+DEFAULT_N = 512  # `max_seq_length` of a model trained from scratch, the paper's N
+
+
 @dataclass
 class PretrainingArguments:
     """Options of `examples/run_mlm.py`. Help texts go through argparse: write "percent", never a bare percent sign."""
@@ -54,7 +57,14 @@ class PretrainingArguments:
     )
     model_name_or_path: str | None = field(default=None, metadata={"help": "BlockBERT checkpoint to start from"})
     config_name: str | None = field(default=None, metadata={"help": "BlockBERT config (json/folder) for from scratch"})
-    max_seq_length: int = field(default=512, metadata={"help": "N, tokens per sequence"})
+    max_seq_length: int | None = field(
+        default=None,
+        metadata={
+            "help": "N, tokens per sequence. Default: the N of --model_name_or_path with the run's blockwise options "
+            f"(e.g. 1024 for a checkpoint converted with --block_relative_positions --num_blocks 2), {DEFAULT_N} "
+            "from scratch"
+        },
+    )
     num_hidden_layers: int | None = None
     hidden_size: int | None = None
     num_attention_heads: int | None = None

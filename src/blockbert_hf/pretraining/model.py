@@ -2,7 +2,7 @@
 
 import math
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
@@ -11,7 +11,7 @@ from ..configuration_blockbert import BLOCK_SIZE_SET_BY_USER, BlockBertConfig, p
 from ..modeling_blockbert import BlockBertForMaskedLM
 from ..saving import save_atomically
 from ..tokenization import match_tokenizer_to_config, train_roberta_tokenizer
-from .arguments import TOKENIZER_DIR, PretrainingArguments
+from .arguments import DEFAULT_N, TOKENIZER_DIR, PretrainingArguments
 
 
 def _paragraphs(documents: Iterable[str]) -> Iterator[str]:
@@ -62,9 +62,25 @@ def _optional_fields(args: PretrainingArguments, names: Iterable[str]) -> dict:
     return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
 
 
+def with_sequence_length(args: PretrainingArguments) -> PretrainingArguments:
+    """`args` with `max_seq_length` set: as given, else the N of `--model_name_or_path` with the run's blockwise
+    options (as `run_qa` takes the model's N), else `DEFAULT_N` from scratch."""
+    if args.max_seq_length is not None:
+        return args
+    if args.model_name_or_path:
+        return replace(args, max_seq_length=_checkpoint_config(args).max_sequence_length)
+    return replace(args, max_seq_length=DEFAULT_N)
+
+
 def config_from_checkpoint(args: PretrainingArguments) -> BlockBertConfig:
     """The checkpoint's config with the run's blockwise and dropout options (a new n, or positions that now restart at
     every block, re-derive b; a new n the heads). Raises a `ValueError` when they do not give N = `max_seq_length`."""
+    config = _checkpoint_config(args)
+    _check_sequence_length(config, args, args.model_name_or_path)
+    return config
+
+
+def _checkpoint_config(args: PretrainingArguments) -> BlockBertConfig:
     config = BlockBertConfig.from_pretrained(args.model_name_or_path)
     blockwise = _blockwise_fields(args)
     dropout = _optional_fields(args, ("hidden_dropout_prob", "attention_probs_dropout_prob"))
@@ -79,7 +95,6 @@ def config_from_checkpoint(args: PretrainingArguments) -> BlockBertConfig:
         config = BlockBertConfig.from_dict(fields)
     elif dropout:
         config = BlockBertConfig.from_dict({**config.to_dict(), **dropout})
-    _check_sequence_length(config, args, args.model_name_or_path)
     return config
 
 

@@ -31,6 +31,7 @@ from ..training import (
     claim_output_dir,
     create_optimizer,
     create_scheduler,
+    dropout_seed,
     enable_gradient_checkpointing,
     end_run,
     hub_repo_id,
@@ -51,10 +52,18 @@ from .arguments import (
     PretrainingArguments,
     check_pretraining_arguments,
 )
-from .data import MaskingCollator, masking_seed, tokenize_and_pack, validation_collator
+from .data import MaskingCollator, tokenize_and_pack, validation_collator
 from .documents import check_document_boundary, load_training_data
 from .evaluation import MaskedLMLoss, evaluate
-from .model import BatchGeometry, batch_geometry, build_model, check_model_options, freeze_parameters, prepare_tokenizer
+from .model import (
+    BatchGeometry,
+    batch_geometry,
+    build_model,
+    check_model_options,
+    freeze_parameters,
+    prepare_tokenizer,
+    with_sequence_length,
+)
 
 
 logger = get_logger(__name__)
@@ -123,6 +132,7 @@ def run_pretraining(args: PretrainingArguments) -> dict:
     checked before any work (see `blockbert_hf.training`)."""
     check_pretraining_arguments(args)
     check_document_boundary(args.document_boundary)
+    args = with_sequence_length(args)  # recorded in run_args.json as resolved
     check_model_options(args)
     total_steps = args.training_steps()
     accelerator = Accelerator(
@@ -270,7 +280,7 @@ def _train(run: PretrainingRun) -> None:
 def _train_step(run: PretrainingRun, micro_batches: list[dict]) -> tuple[float, float, int]:
     """One optimizer step over the micro-batches; returns (global loss, gradient norm, real tokens)."""
     accelerator, model = run.accelerator, run.model
-    torch.manual_seed(masking_seed(run.args.seed, f"dropout-{run.progress.step}", accelerator.process_index))
+    torch.manual_seed(dropout_seed(run.args.seed, run.progress.step, accelerator.process_index))
     local_count = sum((batch["labels"] != -100).sum() for batch in micro_batches)
     global_count = accelerator.reduce(local_count.to(accelerator.device), reduction="sum").clamp(min=1)
     loss_sum = torch.zeros((), device=accelerator.device)

@@ -39,6 +39,7 @@ from ..saving import save_atomically, write_json_atomically
 from ..training import (
     GRADIENT_CHECKPOINTING_HELP,
     HUB_MODEL_ID_HELP,
+    INPUT_DIGESTS,
     METRICS_FILE,
     PUSH_TO_HUB_HELP,
     REPORT_TO_HELP,
@@ -55,9 +56,11 @@ from ..training import (
     claim_output_dir,
     create_optimizer,
     create_scheduler,
+    dropout_seed,
     enable_gradient_checkpointing,
     end_run,
     hub_repo_id,
+    input_digests,
     load_checkpoint,
     push_folder_to_hub,
     read_metrics,
@@ -459,6 +462,7 @@ class _Training:
     metrics: MetricsLog | None = None
     completed_steps: int = 0
     logged_losses: list[float] = field(default_factory=list)  # the step losses since the last metrics record
+    run_args: dict = field(default_factory=dict)  # what checkpoints record of the run (`_run_record`)
     objective_block_size: int | None = None  # the blocks of the per-block objective; None: the window objective
 
 
@@ -546,6 +550,8 @@ def _train_epoch(training: _Training, epoch: int, batches, bar) -> None:
     for batch in batches:
         if training.completed_steps >= training.max_train_steps:
             break
+        micro_batch = len(step_losses)
+        torch.manual_seed(dropout_seed(config.seed, training.completed_steps, accelerator.process_index, micro_batch))
         with accelerator.accumulate(model):
             _, loss = _outputs_and_loss(model, batch, training.objective_block_size)
             accelerator.backward(loss)
@@ -577,7 +583,7 @@ def _save(training: _Training, epoch: int) -> None:
     trainer_state = {
         "epoch": epoch,
         "metrics_lines": training.metrics.lines,
-        "run_args": run_arguments(training.config),
+        "run_args": training.run_args,
     }
     config = training.config
     save_checkpoint(
@@ -871,8 +877,16 @@ def _check_run_options(config: QARunConfig) -> None:
     check_input_paths(files, models)
 
 
-def _start(config: QARunConfig) -> tuple[Accelerator, Path | None]:
-    """Checks the options, the launch and the output folder before any work; returns the checkpoint to resume."""
+def _run_record(config: QARunConfig) -> dict:
+    """What `run_args.json` and every checkpoint record of the run: its arguments, and the content digests of its local
+    training data, so that a resume refuses a training file changed under the same path."""
+    training_inputs = {"--train_file": config.train_file, "--dataset_name": config.dataset_name}
+    return {**run_arguments(config), INPUT_DIGESTS: input_digests(training_inputs if config.do_train else {})}
+
+
+def _start(config: QARunConfig) -> tuple[Accelerator, Path | None, dict]:
+    """Checks the options, the launch and the output folder before any work; returns the accelerator, the
+    checkpoint to resume and the run's record (`_run_record`)."""
     if not (config.do_train or config.do_eval):
         raise ValueError("Nothing to do: pass --do_train and/or --do_eval.")
     if config.window_scoring is not None:
@@ -904,7 +918,7 @@ def _start(config: QARunConfig) -> tuple[Accelerator, Path | None]:
     )
     check_launch(accelerator, "examples/run_qa.py")
     warn_emulated_bf16(accelerator, "examples/run_qa.py")
-    run_args = run_arguments(config)
+    run_args = _run_record(config)
     inputs = {
         "--model_name_or_path": config.model_name_or_path,
         "--tokenizer_name": config.tokenizer_name,
@@ -920,7 +934,7 @@ def _start(config: QARunConfig) -> tuple[Accelerator, Path | None]:
         inputs=inputs,
     )
     claim_output_dir(accelerator, config.output_dir, run_args, QA_OUTPUTS, overwrite=config.overwrite_output_dir)
-    return accelerator, resume_from
+    return accelerator, resume_from, run_args
 
 
 def run_qa(config: QARunConfig) -> dict:
@@ -929,13 +943,13 @@ def run_qa(config: QARunConfig) -> dict:
     `output_dir/checkpoints/step_N`, the training log to `metrics.jsonl`, and `eval_predictions.json`,
     `eval_metrics.json` (and for SQuAD 2.0 `eval_null_odds.json`) to `output_dir`. Returns the metrics and a summary
     of the run (on the main process; empty elsewhere)."""
-    accelerator, resume_from = _start(config)
-    results = _run(config, accelerator, resume_from)
+    accelerator, resume_from, run_args = _start(config)
+    results = _run(config, accelerator, resume_from, run_args)
     end_run(accelerator)  # after _run returned: no reference to the prepared model is left here
     return results
 
 
-def _run(config: QARunConfig, accelerator: Accelerator, resume_from: Path | None) -> dict:
+def _run(config: QARunConfig, accelerator: Accelerator, resume_from: Path | None, run_args: dict) -> dict:
     set_seed(config.seed)
     if not accelerator.is_main_process:
         datasets.utils.logging.set_verbosity_error()
@@ -950,13 +964,13 @@ def _run(config: QARunConfig, accelerator: Accelerator, resume_from: Path | None
         dataloader, generator = _train_dataloader(config, data.train_features, collator)
         training = _set_up_training(config, accelerator, model, dataloader, generator)
         training.objective_block_size = _objective_block_size(summary)
+        training.run_args = run_args
 
         def evaluate_epoch(epoch: int) -> None:
             scored = _predict(config, accelerator, training.model, data, collator, summary)
             if scored is not None:
                 _log_evaluation(training, epoch, scored.metrics)
 
-        run_args = run_arguments(config)
         accelerator.init_trackers("blockbert_qa", config={k: v for k, v in run_args.items() if _is_scalar(v)})
         _train(training, resume_from, summary, evaluate_epoch if config.eval_strategy == "epoch" else None)
         model = training.model
