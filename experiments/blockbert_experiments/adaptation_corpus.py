@@ -66,7 +66,10 @@ class CorpusArguments:
     )
     dev_titles: list[str] = field(
         default_factory=lambda: list(DEFAULT_DEV_TITLES),
-        metadata={"help": "first-half SQuAD articles left out (the QA comparison's dev articles)"},
+        metadata={
+            "help": "first-half SQuAD articles left out (the QA comparison's dev articles; add the demo's held-out "
+            "article, Sky_(United_Kingdom), to keep it unseen)"
+        },
     )
     overwrite: bool = field(default=False, metadata={"help": "replace an existing output_dir"})
 

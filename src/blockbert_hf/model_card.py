@@ -32,6 +32,7 @@ FRAMEWORKS = ("blockbert-hf", "transformers", "torch", "accelerate", "datasets",
 TASKS = {
     "question-answering": ("Extractive question answering", "examples/run_qa.py"),
     "fill-mask": ("Masked language modeling", "examples/run_mlm.py"),
+    "feature-extraction": ("Self-distillation from full attention", "examples/distill_blockbert.py"),
 }
 
 CITATION = """```bibtex
@@ -220,6 +221,13 @@ def _introduction(run: RunDescription, base_model: str | None) -> str:
     data = run.train_data.describe()
     if run.pipeline_tag == "question-answering":
         what, further = f"fine-tuned for extractive question answering on {data}", ""
+    elif run.pipeline_tag == "feature-extraction":
+        what = (
+            "distilled into its blockwise self: trained to reproduce, layer by layer, the hidden states that the same "
+            "weights compute with full attention (sliding windows of the teacher's N where inputs are longer), on "
+            f"{data}"
+        )
+        further = ""
     else:
         what, further = f"pre-trained as a masked language model on {data}", "further "
     if base_model and is_hub_id(run.starting_model):
@@ -270,6 +278,13 @@ def _usage(run: RunDescription) -> str:
             "from transformers import pipeline\n\n"
             f'fill_mask = pipeline("fill-mask", model="{path}"{remote_argument})\n'
             'fill_mask(f"The capital of France is {fill_mask.tokenizer.mask_token}.")'
+        )
+    elif run.pipeline_tag == "feature-extraction":
+        code = (
+            "from transformers import AutoModel, AutoTokenizer\n\n"
+            "# an encoder: fine-tune it (examples/run_qa.py --model_name_or_path FOLDER) or read its hidden states\n"
+            f'model = AutoModel.from_pretrained("{path}"{remote_argument})\n'
+            f'tokenizer = AutoTokenizer.from_pretrained("{path}")'
         )
     elif "question-answering" in (getattr(config, "custom_pipelines", None) or {}):
         # transformers 5 has no built-in question-answering pipeline: the folder carries BlockBERT's
@@ -397,22 +412,26 @@ def qa_model_card(config, model_config, accelerator, results: Mapping, training_
     )
 
 
-def mlm_model_card(args, model_config, accelerator, results: Mapping, training_log: Sequence[Mapping]) -> ModelCard:
-    """The card of a model `run_pretraining(args)` trained. `results`: what its `results.json` holds."""
+def document_data_sources(args, eval_sequences: int | None, seq_len: int) -> tuple[DataSource, DataSource]:
+    """The training and held-out data of a run that reads documents as `run_mlm.py` does (`train_files` or
+    `dataset_name`; `validation_files`, `validation_split_percentage` or the dataset's validation split)."""
     if args.train_files:
         train_data = DataSource.local(args.train_files)
     else:
         train_data = DataSource.named(args.dataset_name, args.dataset_config_name, "train")
-    sequences = results.get("eval_sequences")
-    detail = f"{sequences:,} sequences of {args.max_seq_length} tokens" if sequences else None
+    detail = f"{eval_sequences:,} sequences of {seq_len} tokens" if eval_sequences else None
     if args.validation_files:
-        eval_data = DataSource.local(args.validation_files, detail)
-    elif args.validation_split_percentage:
+        return train_data, DataSource.local(args.validation_files, detail)
+    if args.validation_split_percentage:
         held_out = f"{args.validation_split_percentage:g}% of the training documents, held out"
         held_out += f"; {detail}" if detail else ""
-        eval_data = DataSource(train_data.hub_id, train_data.config, None, train_data.files, held_out)
-    else:
-        eval_data = DataSource(train_data.hub_id, train_data.config, "validation", train_data.files, detail)
+        return train_data, DataSource(train_data.hub_id, train_data.config, None, train_data.files, held_out)
+    return train_data, DataSource(train_data.hub_id, train_data.config, "validation", train_data.files, detail)
+
+
+def mlm_model_card(args, model_config, accelerator, results: Mapping, training_log: Sequence[Mapping]) -> ModelCard:
+    """The card of a model `run_pretraining(args)` trained. `results`: what its `results.json` holds."""
+    train_data, eval_data = document_data_sources(args, results.get("eval_sequences"), args.max_seq_length)
     evaluation = _finite(
         {
             "loss": ("Validation loss (masked tokens)", results.get("eval_loss")),
@@ -443,6 +462,48 @@ def mlm_model_card(args, model_config, accelerator, results: Mapping, training_l
     return build_model_card(
         RunDescription(
             pipeline_tag="fill-mask",
+            name=_run_name(args.output_dir),
+            model_config=model_config,
+            starting_model=args.model_name_or_path,
+            train_data=train_data,
+            eval_data=eval_data if evaluation else None,
+            evaluation=evaluation,
+            hyperparameters=hyperparameters,
+            training_log=training_log,
+            license=args.license,
+        )
+    )
+
+
+def distillation_model_card(args, model_config, results: Mapping, training_log: Sequence[Mapping]) -> ModelCard:
+    """The card of a model `run_distillation(args)` distilled. `results`: what its `results.json` holds."""
+    sequences = results.get("eval_sequences")
+    train_data, eval_data = document_data_sources(args, sequences, model_config.max_sequence_length)
+    metrics = {"loss": ("Held-out distillation loss", results.get("eval_loss"))}
+    metrics["cosine"] = ("Last layer's cosine distance to the teacher", results.get("eval_cosine"))
+    layers = model_config.num_hidden_layers
+    metrics[f"mse_layer_{layers}"] = ("Last layer's normalised MSE", results.get(f"eval_mse_layer_{layers}"))
+    evaluation = _finite(metrics)
+    hyperparameters = {
+        "teacher": "the starting checkpoint with full attention, frozen"
+        + (f" (windows of {results['teacher_window']} tokens)" if results.get("teacher_window") else ""),
+        "learning_rate": args.learning_rate,
+        "tokens_per_batch (B x N)": args.tokens_per_batch,
+        "per_device_train_batch_size": args.per_device_train_batch_size,
+        "optimizer": f"AdamW, weight decay {args.weight_decay}",
+        "lr_scheduler_type": "linear",
+        "lr_scheduler_warmup_ratio": args.warmup_ratio,
+        "max_grad_norm": args.max_grad_norm,
+        "training_steps": results.get("total_steps"),
+        "layer_weights": args.layer_weights,
+        "cosine_weight": args.cosine_weight,
+        "short_batch_every": args.short_batch_every,
+        "embeddings": "trained" if args.train_embeddings else "frozen",
+        "seed": args.seed,
+    }
+    return build_model_card(
+        RunDescription(
+            pipeline_tag="feature-extraction",
             name=_run_name(args.output_dir),
             model_config=model_config,
             starting_model=args.model_name_or_path,

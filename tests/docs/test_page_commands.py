@@ -37,6 +37,7 @@ PAGES = [
     "docs/publishing.md",
     "docs/ecosystem.md",
     "docs/export.md",
+    "docs/distillation.md",
 ]
 
 

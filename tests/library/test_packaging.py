@@ -62,6 +62,10 @@ WHEEL_MODULES = {
         "pretraining/evaluation",
         "pretraining/model",
         "pretraining/trainer",
+        "distillation/__init__",
+        "distillation/arguments",
+        "distillation/objective",
+        "distillation/trainer",
         "hub",
         "qa/__init__",
         "qa/__main__",
@@ -70,12 +74,13 @@ WHEEL_MODULES = {
         "qa/finetuning",
         "qa/objective",
         "qa/postprocessing",
+        "qa/task_distillation",
     )
 }
 # Names of the experiments' modules (experiments/, benchmarks/), none of which may be in the wheel.
 EXPERIMENT_WORDS = ("demo", "minilm", "measuring", "visualization", "comparison", "long_context", "benchmark", "cards")
 # The training library's extra and what it brings.
-TRAIN_MODULES = ("blockbert_hf.training", "blockbert_hf.pretraining", "blockbert_hf.qa")
+TRAIN_MODULES = ("blockbert_hf.training", "blockbert_hf.pretraining", "blockbert_hf.distillation", "blockbert_hf.qa")
 TRAIN_PACKAGES = ("accelerate", "datasets", "evaluate")
 
 

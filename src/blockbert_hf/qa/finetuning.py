@@ -82,10 +82,12 @@ from .objective import (
     resolve_qa_objective,
 )
 from .postprocessing import load_squad_metric, postprocess_qa_predictions, squad_references
+from .task_distillation import TeacherLogits, span_distillation_loss
 
 
 logger = get_logger(__name__)
 
+FEATURE_INDEX = "window_index"  # the training windows' column that finds their teacher logits (task distillation)
 # Fine-tuning defaults: 4 epochs (the paper's), linear decay with 10 percent warmup, batch 32 and a learning rate picked
 # on the dev set from this grid (the usual BERT/RoBERTa-base SQuAD settings; not re-checked against the paper's
 # appendix). Small models want more: results/qa_recipe measured all-MiniLM-L6-v2 at batch 16 best at 2e-4.
@@ -171,6 +173,24 @@ class QARunConfig:
             "with, else window; saved with a fine-tuned model"
         },
     )
+    # ---- task distillation (blockbert_hf.qa.task_distillation)
+    teacher_model_name_or_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "a fine-tuned QA model whose start/end distributions the student also learns: loss = alpha * T^2 "
+            "* KL(teacher || student) + (1 - alpha) * CE; with the per-block objective the teacher reads every block "
+            "as an input of its own. Its logits over the training windows are computed before training"
+        },
+    )
+    teacher_logits: str | None = field(
+        default=None,
+        metadata={
+            "help": "a file of the teacher's logits over the training windows (fp16): written there when "
+            "--teacher_model_name_or_path is given and it does not exist, read instead of the teacher otherwise"
+        },
+    )
+    distillation_temperature: float = field(default=2.0, metadata={"help": "T of the distillation loss"})
+    distillation_alpha: float = field(default=0.5, metadata={"help": "the distillation loss's share of the loss"})
     # ---- training
     num_train_epochs: float = 4.0
     max_train_steps: int | None = field(default=None, metadata={"help": "overrides --num_train_epochs"})
@@ -463,6 +483,7 @@ class _Training:
     completed_steps: int = 0
     logged_losses: list[float] = field(default_factory=list)  # the step losses since the last metrics record
     run_args: dict = field(default_factory=dict)  # what checkpoints record of the run (`_run_record`)
+    distillation: "_Distillation | None" = None  # task distillation (`--teacher_model_name_or_path`)
     objective_block_size: int | None = None  # the blocks of the per-block objective; None: the window objective
 
 
@@ -471,19 +492,56 @@ def _objective_block_size(summary: dict) -> int | None:
     return summary["window_block_size"] if summary["qa_objective"] == "per_block" else None
 
 
-def _outputs_and_loss(model, batch: dict, block_size: int | None):
+def _outputs_and_loss(model, batch: dict, block_size: int | None, distillation: "_Distillation | None" = None):
     """The model's outputs on `batch` and the loss of its labels: the model's own (one softmax over the window) when
-    `block_size` is None, else the per-block objective over blocks of `block_size` (`per_block_span_loss`)."""
+    `block_size` is None, else the per-block objective over blocks of `block_size` (`per_block_span_loss`); with
+    `distillation`, mixed with the distillation loss over the same softmaxes (`span_distillation_loss`)."""
+    batch = dict(batch)
+    windows = batch.pop(FEATURE_INDEX, None)
     if block_size is None:
         outputs = model(**batch)
-        return outputs, outputs.loss
-    labels = ("start_positions", "end_positions")
-    outputs = model(**{name: value for name, value in batch.items() if name not in labels})
-    loss = per_block_span_loss(
-        outputs.start_logits, outputs.end_logits, *(batch[name] for name in labels), block_size,
-        batch.get("attention_mask"),
-    )  # fmt: skip
+        loss = outputs.loss
+    else:
+        labels = ("start_positions", "end_positions")
+        outputs = model(**{name: value for name, value in batch.items() if name not in labels})
+        loss = per_block_span_loss(
+            outputs.start_logits, outputs.end_logits, *(batch[name] for name in labels), block_size,
+            batch.get("attention_mask"),
+        )  # fmt: skip
+    if distillation is not None:
+        length = outputs.start_logits.shape[1]
+        teacher_start, teacher_end = distillation.logits.batch(windows, length, outputs.start_logits.device)
+        kd = span_distillation_loss(
+            outputs.start_logits, outputs.end_logits, teacher_start, teacher_end, batch.get("attention_mask"),
+            distillation.temperature, block_size,
+        )  # fmt: skip
+        loss = distillation.alpha * kd + (1 - distillation.alpha) * loss
     return outputs, loss
+
+
+@dataclass
+class _Distillation:
+    logits: TeacherLogits
+    temperature: float
+    alpha: float
+
+
+def _teacher_logits(config: QARunConfig, accelerator: Accelerator, features, collator, block_size) -> TeacherLogits:
+    """The teacher's logits over the training windows: read from `--teacher_logits` where it exists, else computed
+    with `--teacher_model_name_or_path` (and written to `--teacher_logits` when given)."""
+    if config.teacher_logits and Path(config.teacher_logits).is_file():
+        logger.info(f"Teacher logits read from {config.teacher_logits}.")
+        return TeacherLogits.load(config.teacher_logits, features, block_size)
+    teacher = AutoModelForQuestionAnswering.from_pretrained(
+        config.teacher_model_name_or_path, trust_remote_code=config.trust_remote_code
+    )
+    logits = TeacherLogits.compute(
+        teacher, features, collator, block_size, config.per_device_eval_batch_size, accelerator.device
+    )
+    if config.teacher_logits and accelerator.is_main_process:
+        logits.save(config.teacher_logits)
+        logger.info(f"Teacher logits written to {config.teacher_logits}.")
+    return logits
 
 
 def _set_up_training(config: QARunConfig, accelerator: Accelerator, model, dataloader, generator) -> _Training:
@@ -553,7 +611,7 @@ def _train_epoch(training: _Training, epoch: int, batches, bar) -> None:
         micro_batch = len(step_losses)
         torch.manual_seed(dropout_seed(config.seed, training.completed_steps, accelerator.process_index, micro_batch))
         with accelerator.accumulate(model):
-            _, loss = _outputs_and_loss(model, batch, training.objective_block_size)
+            _, loss = _outputs_and_loss(model, batch, training.objective_block_size, training.distillation)
             accelerator.backward(loss)
             step_losses.append(loss.detach().float())
             if accelerator.sync_gradients:  # the last micro-batch of a step: check the loss before the update
@@ -855,6 +913,7 @@ def _check_run_options(config: QARunConfig) -> None:
             "--max_train_samples": config.max_train_samples,
         }
         check_at_least(1, training_counts)
+        _check_distillation_options(config)
     if config.do_eval:
         if config.validation_file is None and config.dataset_name is None:
             raise ValueError("--do_eval needs --validation_file or --dataset_name.")
@@ -875,6 +934,19 @@ def _check_run_options(config: QARunConfig) -> None:
     }
     models = {"--model_name_or_path": config.model_name_or_path, "--tokenizer_name": config.tokenizer_name}
     check_input_paths(files, models)
+
+
+def _check_distillation_options(config: QARunConfig) -> None:
+    check_in_range({"--distillation_alpha": config.distillation_alpha}, 0.0, 1.0)
+    check_positive({"--distillation_temperature": config.distillation_temperature})
+    cached = config.teacher_logits is not None and Path(config.teacher_logits).is_file()
+    if config.teacher_logits and not cached and not config.teacher_model_name_or_path:
+        raise ValueError(
+            f"--teacher_logits {config.teacher_logits} does not exist: give --teacher_model_name_or_path to compute "
+            "it (it is written there), or the path of a file an earlier run wrote."
+        )
+    if config.teacher_model_name_or_path and not cached:
+        check_input_paths({}, {"--teacher_model_name_or_path": config.teacher_model_name_or_path})
 
 
 def _run_record(config: QARunConfig) -> dict:
@@ -961,10 +1033,21 @@ def _run(config: QARunConfig, accelerator: Accelerator, resume_from: Path | None
     collator = DataCollatorWithPadding(tokenizer)  # pads each batch to its longest window, on the right
     if config.do_train:
         setattr(model.config, QA_SETTINGS_ATTRIBUTE, _trained_qa_settings(model.config, summary))
+        distillation = None
+        if config.teacher_model_name_or_path or config.teacher_logits:
+            logits = _teacher_logits(config, accelerator, data.train_features, collator, _objective_block_size(summary))
+            distillation = _Distillation(logits, config.distillation_temperature, config.distillation_alpha)
+            data.train_features = data.train_features.add_column(FEATURE_INDEX, list(range(len(data.train_features))))
+            summary.update(
+                teacher=config.teacher_model_name_or_path or config.teacher_logits,
+                distillation_temperature=config.distillation_temperature,
+                distillation_alpha=config.distillation_alpha,
+            )
         dataloader, generator = _train_dataloader(config, data.train_features, collator)
         training = _set_up_training(config, accelerator, model, dataloader, generator)
         training.objective_block_size = _objective_block_size(summary)
         training.run_args = run_args
+        training.distillation = distillation
 
         def evaluate_epoch(epoch: int) -> None:
             scored = _predict(config, accelerator, training.model, data, collator, summary)
