@@ -396,6 +396,11 @@ def qa_model_card(config, model_config, accelerator, results: Mapping, training_
         "mixed_precision": accelerator.mixed_precision,
         "seed": config.seed,
     }
+    if results.get("teacher"):  # task distillation: the teacher, by its folder's name only
+        hyperparameters["distillation"] = (
+            f"from `{Path(results['teacher']).name}`, temperature {results['distillation_temperature']}, alpha "
+            f"{results['distillation_alpha']}"
+        )
     return build_model_card(
         RunDescription(
             pipeline_tag="question-answering",

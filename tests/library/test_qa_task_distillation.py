@@ -111,6 +111,8 @@ def test_alpha_zero_is_plain_fine_tuning_and_a_cached_teacher_gives_the_same_run
     distilled = run_qa(_config(qa_folders, tmp_path / "computed", teacher_model_name_or_path=teacher,
                                teacher_logits=str(cache)))  # fmt: skip
     assert cache.is_file() and distilled["teacher"] == teacher and distilled["distillation_alpha"] == 0.5
+    card = (tmp_path / "computed" / "model" / "README.md").read_text()
+    assert "distillation: from `teacher`, temperature 2.0, alpha 0.5" in card
     cached = run_qa(_config(qa_folders, tmp_path / "cached", teacher_logits=str(cache)))
     losses = [[r["loss"] for r in read_metrics(tmp_path / run / "metrics.jsonl")] for run in ("computed", "cached")]
     assert losses[0] == losses[1]

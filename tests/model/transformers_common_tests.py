@@ -21,7 +21,7 @@ import pytest
 import transformers
 
 
-PACKAGE = "transformers_common_tests"
+PACKAGE = "transformers_upstream_tests"  # the fetched files, as a package apart from this module
 # The files of the source distribution's `tests/` that the common model tests need.
 NEEDED_FILES = ("test_modeling_common.py",)
 # The source distribution leaves out `tests/exporters/` and `tests/generation/`, whose mixins the common module
