@@ -25,11 +25,13 @@ class Cell:
     `num_train_epochs` and `negative_window_rate` override the run's recipe where set; `eval_half` is the half whose
     sets the cell is evaluated on (`"second"`: the test sets, `"dev"`: the dev articles). `window_layout` and
     `block_relative_positions` are how its windows are laid out and its positions counted; `epoch_eval_set`, a set
-    evaluated after every training epoch (loss, EM, F1 in the training log); `eval_sets`, the sets of its half it is
-    evaluated on (None: all); `qa_objective`, its fine-tuning objective (`run_qa --qa_objective`: `window` or
+    evaluated after every training epoch (loss, EM, F1 in the training log); `eval_sets`, the sets it is evaluated on
+    (None: all of its half); `qa_objective`, its fine-tuning objective (`run_qa --qa_objective`: `window` or
     `per_block`); `adapted_from`, the run of the adaptation chain (`experiments/adaptation.py`, in
     `--adaptation_dir`) whose final model the cell starts from instead of a fresh conversion of the source, with the
-    cell's own attention fields where they differ from that model's."""
+    cell's own attention fields where they differ from that model's; `distilled_from`, likewise, the self-distilled
+    encoder (`examples/distill_blockbert.py`, a folder of `--distilled_dir`) it starts from; `teacher`, the cell whose
+    fine-tuned model it is task-distilled from (`run_qa --teacher_model_name_or_path`)."""
 
     name: str
     max_seq_length: int
@@ -48,6 +50,8 @@ class Cell:
     eval_sets: tuple[str, ...] | None = None
     qa_objective: str = "window"
     adapted_from: str | None = None
+    distilled_from: str | None = None
+    teacher: str | None = None
 
     @property
     def training_set(self) -> str:
@@ -63,6 +67,8 @@ class Cell:
             name += "-block-relative"
         if self.adapted_from:
             name += f"-from-{self.adapted_from}"
+        if self.distilled_from:
+            name += f"-from-{self.distilled_from}"
         return name
 
     @property
@@ -77,14 +83,17 @@ class Cell:
         trained = ", trained on paragraphs" if self.train_set == PARAGRAPHS else ""
         objective = ", per-block objective" if self.qa_objective == "per_block" else ""
         adapted = f", adapted ({self.adapted_from})" if self.adapted_from else ""
-        return f"N={self.max_seq_length} {model}, seed {self.seed}{trained}{objective}{adapted}"
+        distilled = ", self-distilled" if self.distilled_from else ""
+        teacher = f", task-distilled from {self.teacher}" if self.teacher else ""
+        return f"N={self.max_seq_length} {model}, seed {self.seed}{trained}{objective}{adapted}{distilled}{teacher}"
 
     def record(self) -> dict:
-        """The cell as its results file records it (`adapted_from` only where set, so that the configurations of
-        cells recorded before the field existed keep their keys)."""
+        """The cell as its results file records it (`adapted_from`, `distilled_from` and `teacher` only where set, so
+        that the configurations of cells recorded before those fields existed keep their keys)."""
         fields = asdict(self)
-        if fields["adapted_from"] is None:
-            del fields["adapted_from"]
+        for name in ("adapted_from", "distilled_from", "teacher"):
+            if fields[name] is None:
+                del fields[name]
         return fields
 
 
@@ -245,6 +254,37 @@ ADAPTED_EXTRA_GRID: tuple[Cell, ...] = (
     ),
     *(_adapted_long_cell(f"n1024_n2_9-3_seed{seed}", "9:3", seed, run="n1024_n2_9-3") for seed in (0, 1, 2)),
 )
+
+# The distillation comparison's Stage A (results/distillation/stage_a; docs/distillation.md), on one CPU recipe: 2
+# epochs at 2e-4, batch 16 (`--effective_batch_size 16`), fp32, null-relative scoring. (a) full attention and (b) n = 2
+# (10:2), both converted; (c) n = 2 from the self-distilled encoder (`--distilled_dir`); (d) (c) task-distilled from
+# (a)'s fine-tuned model. Each is evaluated on the dev articles first (where the better of (c) and (d) is chosen), then
+# on the Table-4 test sets; the chosen arm and (a) then run a second seed.
+DISTILLED_ENCODER_N512 = "minilm-n512-distilled"  # results/distillation/parts: its bf16 parts and restore command
+STAGE_A_RECIPE = dict(learning_rate=2e-4, num_train_epochs=2.0)
+STAGE_A_SETS = ("dev_paragraph", "dev_window_512", *TABLE4_SETS)
+
+
+def _stage_a_cell(name: str, pattern: str, num_blocks=1, heads=None, seed=0, **distillation) -> Cell:
+    cell = _table4_cell(name, pattern, num_blocks, heads, seed)
+    return replace(cell, eval_sets=STAGE_A_SETS, **STAGE_A_RECIPE, **distillation)
+
+
+def _stage_a_distilled(name: str, seed: int, task_distilled: bool) -> Cell:
+    teacher = "n512_full_seed0" if task_distilled else None
+    return _stage_a_cell(name, "blockwise", 2, "10:2", seed, distilled_from=DISTILLED_ENCODER_N512, teacher=teacher)
+
+
+DISTILLED_TABLE4_GRID: tuple[Cell, ...] = (
+    _stage_a_cell("n512_full_seed0", "full"),  # (a), also (d)'s teacher
+    _stage_a_cell("n512_n2_10-2_seed0", "blockwise", 2, "10:2"),  # (b)
+    _stage_a_distilled("n512_n2_10-2_distilled_seed0", 0, task_distilled=False),  # (c)
+    _stage_a_distilled("n512_n2_10-2_distilled_kd_seed0", 0, task_distilled=True),  # (d)
+    _stage_a_cell("n512_full_seed1", "full", seed=1),
+    _stage_a_distilled("n512_n2_10-2_distilled_seed1", 1, task_distilled=False),  # only if (c) is chosen
+    _stage_a_distilled("n512_n2_10-2_distilled_kd_seed1", 1, task_distilled=True),  # only if (d) is chosen
+)
+
 # The adapted grids' baselines, which replace the default --baseline: the adapted full-attention control at N = 512.
 ADAPTED_BASELINES = {
     "adapted_table4": "adapted_n512_full_seed0",
@@ -260,6 +300,7 @@ GRIDS = {
     "adapted_table4": ADAPTED_TABLE4_GRID,
     "adapted_long": ADAPTED_LONG_GRID,
     "adapted_extra": ADAPTED_EXTRA_GRID,
+    "distilled_table4": DISTILLED_TABLE4_GRID,
 }
 RECIPE_GRIDS = ("recipe", "epochs", "layout", "objective")  # reported together, in one results folder
 

@@ -77,13 +77,11 @@ def test_set_names(config: ComparisonConfig, manifest: Mapping) -> list[str]:
 
 
 def cell_sets(manifest: Mapping, test_sets: Sequence[str], cell: Cell) -> list[str]:
-    """The sets of `test_sets` a cell is evaluated on: those of its `eval_half` (among its `eval_sets` when it names
-    them)."""
-    return [
-        name
-        for name in test_sets
-        if manifest["sets"][name]["half"] == cell.eval_half and (cell.eval_sets is None or name in cell.eval_sets)
-    ]
+    """The sets of `test_sets` a cell is evaluated on: its `eval_sets` where it names them (of any half: Stage A of the
+    distillation comparison reads the dev articles before the test sets), else those of its `eval_half`."""
+    if cell.eval_sets is not None:
+        return [name for name in test_sets if name in cell.eval_sets]
+    return [name for name in test_sets if manifest["sets"][name]["half"] == cell.eval_half]
 
 
 def training_file(config: ComparisonConfig, cell: Cell, manifest: Mapping, create: bool = False) -> Path:
