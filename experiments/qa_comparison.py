@@ -14,6 +14,11 @@ test sets (see results/qa_comparison/README.md).
                                                           # chosen so far (window against per_block, dev articles)
     python experiments/qa_comparison.py run --recipe_dir results/qa_recipe --effective_batch_size 16
                                                           # the comparison on the recipe chosen there
+    python experiments/qa_comparison.py run --grid distilled_table4 --distilled_dir outputs/distilled \
+        --work_dir outputs/distillation_qa --results_dir results/distillation/stage_a --effective_batch_size 16 \
+        --train_tokens_per_batch 8192 --window_scoring null_relative --cells n512_full_seed0
+                                                          # a cell of the distillation comparison's Stage A (one
+                                                          # CPU session each; results/distillation/stage_a)
     python experiments/qa_comparison.py run --recipe_dir results/qa_recipe --jobs 11
                                                           # every cell at once, one process each (a GPU machine)
 

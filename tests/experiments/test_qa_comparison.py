@@ -1301,3 +1301,126 @@ def test_the_plot_names_each_line_by_how_its_model_reads_a_long_context():
         "BlockBERT, 1024 tokens at once, n = 2 (10:2) (seed 0)"
     )
     assert plot_label({**blockwise, "adapted_from": "n1024_n2_10-2"}).endswith("(seed 1, adapted)")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Cells that start from a self-distilled encoder and are task-distilled from another cell
+
+
+def test_stage_a_of_the_distillation_comparison_reads_the_dev_articles_first_on_one_cpu_recipe():
+    from blockbert_experiments.qa_comparison.grid import DISTILLED_ENCODER_N512, DISTILLED_TABLE4_GRID
+
+    cells = {cell.name: cell for cell in DISTILLED_TABLE4_GRID}
+    converted, distilled, task_distilled = (
+        cells["n512_n2_10-2_seed0"],
+        cells["n512_n2_10-2_distilled_seed0"],
+        cells["n512_n2_10-2_distilled_kd_seed0"],
+    )
+    assert {(cell.learning_rate, cell.num_train_epochs, cell.training_set) for cell in cells.values()} == {
+        (2e-4, 2.0, "train_512")
+    }
+    assert converted.distilled_from is None and converted.teacher is None
+    assert distilled.distilled_from == task_distilled.distilled_from == DISTILLED_ENCODER_N512
+    assert (distilled.teacher, task_distilled.teacher) == (None, "n512_full_seed0")
+    assert cells["n512_full_seed0"].attention_pattern == "full"
+    # the dev articles come before the test sets, in manifest order, whatever half the cell's own
+    manifest = {"sets": {name: {"half": half} for name, half in [
+        ("train_512", "first"), ("dev_paragraph", "dev"), ("dev_window_512", "dev"), ("dev_article", "dev"),
+        ("paragraph", "second"), ("window_512", "second"), ("article", "second"),
+    ]}}  # fmt: skip
+    names = list(manifest["sets"])[1:]
+    assert cell_sets(manifest, names, distilled) == ["dev_paragraph", "dev_window_512", "paragraph", "window_512"]
+    assert cell_sets(manifest, names, GRID[2]) == ["paragraph", "window_512"]  # the comparison's cells: unchanged
+    assert "distilled_from" not in converted.record() and distilled.record()["distilled_from"] == DISTILLED_ENCODER_N512
+    assert "teacher" not in distilled.record() and task_distilled.record()["teacher"] == "n512_full_seed0"
+    assert distilled.model_name == task_distilled.model_name != converted.model_name
+
+
+def test_a_task_distilled_cell_from_a_distilled_encoder_caches_its_teachers_logits_and_needs_only_them_later(
+    tiny_setup, tmp_path
+):
+    from blockbert_experiments.qa_comparison.runner import _convert
+
+    root = tiny_setup
+    teacher = Cell("tiny_full", 512, "full", eval_sets=("paragraph",))
+    student = replace(
+        TINY_CELL, name="tiny_kd", distilled_from="tiny-distilled", teacher="tiny_full", eval_sets=("paragraph",)
+    )
+    config = _config(
+        root, work_dir=str(tmp_path / "work"), results_dir=str(tmp_path / "results"),
+        distilled_dir=str(tmp_path / "distilled"), baseline="tiny_full", report_after_each_cell=False,
+    )  # fmt: skip
+    # refused before any work: no distilled encoder, then no teacher (neither its logits nor its model)
+    with pytest.raises(FileNotFoundError, match="no distilled encoder tiny-distilled"):
+        run_comparison(config, [student])
+    _convert(replace(config, work_dir=str(tmp_path / "converted")), TINY_CELL, root / "source")
+    shutil.copytree(tmp_path / "converted" / "models" / TINY_CELL.model_name, tmp_path / "distilled" / "tiny-distilled")
+    with pytest.raises(FileNotFoundError, match="task-distilled from tiny_full, which has neither cached logits"):
+        run_comparison(config, [student])
+
+    assert run_comparison(config, [teacher, student]) == []  # the teacher first, in one call
+    results = json.loads((tmp_path / "results" / "tiny_kd" / "results.json").read_text())
+    assert results["finished"] and results["source_model"]["distilled_from"] == "tiny-distilled"
+    assert results["commands"][0].startswith(f"# $WORK_DIR/models/{student.model_name}: a copy of $DISTILLED_DIR/")
+    train_command = results["commands"][1]
+    cache = tmp_path / "results" / "teacher_logits" / "tiny_full-train_512-N512-window.safetensors"
+    assert "--teacher_model_name_or_path $WORK_DIR/cells/tiny_full/train/model" in train_command
+    assert "--distillation_temperature 2.0 --distillation_alpha 0.5" in train_command and cache.is_file()
+
+    # a later session without the teacher's weights trains the same cell again from the cached logits alone
+    shutil.rmtree(tmp_path / "work" / "cells" / "tiny_full")
+    shutil.rmtree(tmp_path / "work" / "cells" / "tiny_kd")
+    assert run_comparison(config, [student]) == []
+    assert json.loads((tmp_path / "results" / "tiny_kd" / "results.json").read_text())["finished"]
+
+
+def _write_stage_a_cell(folder: Path, name: str, f1_by_set: dict[str, list[float]]):
+    """A finished Stage A cell whose per-question F1 (0..1) on each set is given."""
+    results = {
+        "cell": {"name": name},
+        "train": {"finished": True, "seconds": 3600.0, "loss_curve": [{"step": 50, "loss": 1.5}], "machines": ["cpu"]},
+        "sets": {s: {"exact_match": 0.0, "f1": 100 * float(np.mean(f1))} for s, f1 in f1_by_set.items()},
+        "commands": [f"python examples/run_qa.py --output_dir {name}"],
+    }
+    scores = {s: {"em": [0] * len(f1), "f1": f1} for s, f1 in f1_by_set.items()}
+    (folder / name).mkdir(parents=True)
+    (folder / name / "results.json").write_text(json.dumps(results))
+    (folder / name / "scores.json").write_text(json.dumps(scores))
+
+
+def test_the_stage_a_report_chooses_the_distilled_arm_on_the_dev_articles_and_states_the_target(tmp_path):
+    from blockbert_experiments.qa_comparison.runner import write_grid_report
+
+    folder = tmp_path / "results"
+    articles = [0, 0, 1, 1, 2, 2, 3, 3]
+    sets = {"dev_window_512": [0, 1], "window_512": articles}
+    (folder).mkdir()
+    (folder / "questions.json").write_text(json.dumps({s: {"article": a, "ids": []} for s, a in sets.items()}))
+
+    def cell(name, dev, test):
+        _write_stage_a_cell(folder, name, {"dev_window_512": [dev] * 2, "window_512": list(test)})
+
+    cell("n512_full_seed0", 0.6, [0.6] * 8)
+    cell("n512_full_seed1", 0.6, [0.62] * 8)  # seed spread of (a): 2 F1
+    cell("n512_n2_10-2_seed0", 0.3, [0.3] * 8)
+    cell("n512_n2_10-2_distilled_seed0", 0.5, [0.55] * 8)
+    cell("n512_n2_10-2_distilled_kd_seed0", 0.504, [0.6] * 8)  # better on dev, but within the tie: (c) is kept
+    config = ComparisonConfig(grid="distilled_table4", results_dir=str(folder), bootstrap_samples=200)
+    summary = write_grid_report(config)
+    assert summary["choice"] == {"arm": "c", "dev_f1": {"c": 50.0, "d": 50.4}}
+    # (a) averaged over its two seeds (61 F1) minus (c) (55): the target of 5 is missed, by the seed-averaged gap
+    verdict = summary["verdict"]
+    assert verdict["gap"] == pytest.approx(6.0) and not verdict["target_met"] and not verdict["with_confidence"]
+    a_minus_b = summary["comparisons"]["a-b"]["window_512"]
+    assert a_minus_b["difference"] == pytest.approx(31.0) and a_minus_b["status"] == "resolved"
+    assert a_minus_b["spread_used"] == [pytest.approx(2.0), pytest.approx(2.0)]  # (b)'s one seed: (a)'s spread
+    readme = (folder / "README.md").read_text()
+    assert "**The distilled arm is (c)**" in readme and "**Target (5 F1, goal 2): missed.**" in readme
+    assert json.loads((folder / "results.json").read_text())["verdict"]["gap"] == pytest.approx(6.0)
+
+    # (d) more than 0.5 above (c) on the dev articles is chosen, and then meets the target
+    shutil.rmtree(folder / "n512_n2_10-2_distilled_kd_seed0")
+    cell("n512_n2_10-2_distilled_kd_seed0", 0.52, [0.6] * 8)
+    summary = write_grid_report(config)
+    assert summary["choice"]["arm"] == "d" and summary["verdict"]["target_met"] and summary["verdict"]["goal_met"]
+    assert summary["comparisons"]["d-b"]["window_512"]["status"] == "resolved"

@@ -1,8 +1,10 @@
-"""Cells that start from an adapted encoder (`Cell.adapted_from`): the final model of a run of the adaptation chain
-(`experiments/adaptation.py`, in `--adaptation_dir`) is copied to the cell's model folder instead of a fresh
-conversion of the source, with the cell's own attention fields written into the copy's config where they differ from
-the adapted model's (e.g. 12:0 fine-tuned from the weights adapted with 10:2). `ADAPTED_FILE` in that folder records
-where the weights came from; the recorded commands name the chain's folder `$ADAPTATION_DIR`."""
+"""Cells that start from an adapted encoder (`Cell.adapted_from`: the final model of a run of the adaptation chain,
+`experiments/adaptation.py`, in `--adaptation_dir`) or a self-distilled one (`Cell.distilled_from`: a folder of
+`--distilled_dir`, `examples/distill_blockbert.py`'s model or its restored bf16 parts): it is copied to the cell's model
+folder instead of a fresh conversion of the source, with the cell's own attention fields written into the copy's config
+where they differ from the starting model's (e.g. 12:0 fine-tuned from the weights adapted with 10:2). `ADAPTED_FILE`
+in that folder records where the weights came from; the recorded commands name the folders `$ADAPTATION_DIR` and
+`$DISTILLED_DIR`."""
 
 import json
 import shutil
@@ -13,7 +15,7 @@ from blockbert_hf.configuration_blockbert import BlockBertConfig, parse_heads_pe
 from blockbert_hf.saving import atomic_directory, sha256_of_file
 
 from .grid import Cell, ComparisonConfig
-from .layout import ADAPTATION_DIR_VARIABLE
+from .layout import ADAPTATION_DIR_VARIABLE, DISTILLED_DIR_VARIABLE
 
 
 ADAPTED_FILE = "adapted_from.json"
@@ -23,12 +25,16 @@ WEIGHTS = "model.safetensors"
 
 
 def adapted_model_path(config: ComparisonConfig, cell: Cell) -> Path:
-    """The final model of the cell's adaptation run."""
+    """The cell's starting model: its distilled encoder, or the final model of its adaptation run."""
+    if cell.distilled_from:
+        return Path(config.distilled_dir or "") / cell.distilled_from
     return Path(config.adaptation_dir or "") / RUNS_DIR / cell.adapted_from / FINAL_MODEL_DIR
 
 
 def check_adapted_models(config: ComparisonConfig, cells: Sequence[Cell]) -> None:
-    """Refuses, before any work, cells whose adaptation run has no final model (or a run without --adaptation_dir)."""
+    """Refuses, before any work, cells whose adaptation run has no final model or whose distilled encoder is missing
+    (or a run without --adaptation_dir or --distilled_dir)."""
+    _check_distilled_models(config, [cell for cell in cells if cell.distilled_from])
     adapted = [cell for cell in cells if cell.adapted_from]
     if not adapted:
         return
@@ -43,6 +49,23 @@ def check_adapted_models(config: ComparisonConfig, cells: Sequence[Cell]) -> Non
         raise FileNotFoundError(
             f"{config.adaptation_dir} has no finished adaptation run {needed}: run `python experiments/adaptation.py "
             f"--output_dir {config.adaptation_dir} --runs reference {' '.join(missing)} ...` first."
+        )
+
+
+def _check_distilled_models(config: ComparisonConfig, distilled: Sequence[Cell]) -> None:
+    if not distilled:
+        return
+    if not config.distilled_dir:
+        raise ValueError(
+            f"Cells {', '.join(cell.name for cell in distilled)} start from self-distilled encoders: pass "
+            "--distilled_dir, the folder that holds them by name."
+        )
+    missing = sorted({c.distilled_from for c in distilled if not (adapted_model_path(config, c) / WEIGHTS).is_file()})
+    if missing:
+        raise FileNotFoundError(
+            f"{config.distilled_dir} has no distilled encoder {', '.join(missing)}: rebuild it from its committed "
+            "parts (`python experiments/weight_parts.py restore ...`, results/distillation/README.md) or distil it "
+            "with examples/distill_blockbert.py."
         )
 
 
@@ -97,6 +120,9 @@ def prepare_adapted_model(config: ComparisonConfig, cell: Cell, target: Path) ->
 
 def planned_record(cell: Cell) -> dict:
     """What `ADAPTED_FILE` records, before the copy is made (its overrides not known yet)."""
+    if cell.distilled_from:
+        path = f"{DISTILLED_DIR_VARIABLE}/{cell.distilled_from}"
+        return {"distilled": cell.distilled_from, "path": path, "config_overrides": {}}
     path = f"{ADAPTATION_DIR_VARIABLE}/{RUNS_DIR}/{cell.adapted_from}/{FINAL_MODEL_DIR}"
     return {"run": cell.adapted_from, "path": path, "config_overrides": {}}
 
@@ -104,7 +130,11 @@ def planned_record(cell: Cell) -> dict:
 def adapted_command(record: dict, model: str) -> str:
     """The line the recorded commands give the copy (a shell comment: no script makes it)."""
     overrides = ", ".join(f"{key} {value}" for key, value in record["config_overrides"].items())
-    return (
-        f"# {model}: a copy of {record['path']} (python experiments/adaptation.py --output_dir "
-        f"{ADAPTATION_DIR_VARIABLE} --runs {record['run']})" + (f" with {overrides}" if overrides else "")
-    )
+    if "distilled" in record:
+        made = (
+            f"python experiments/weight_parts.py restore --manifest results/distillation/parts/{record['distilled']}"
+            f".parts.json --output_dir {record['path']} ..., as results/distillation/README.md rebuilds it"
+        )
+    else:
+        made = f"python experiments/adaptation.py --output_dir {ADAPTATION_DIR_VARIABLE} --runs {record['run']}"
+    return f"# {model}: a copy of {record['path']} ({made})" + (f" with {overrides}" if overrides else "")

@@ -338,7 +338,9 @@ class ComparisonConfig:
             "--recipe_dir, on the dev articles); from the adapted encoders of --adaptation_dir: adapted_table4 (stage "
             "A: full attention and n = 2 10:2 at N = 512, 2 seeds, train_512), adapted_long (stage B: sliding windows "
             "of 512, N = 1024 n = 2 10:2 and 12:0 from the same adapted weights, 3 seeds, train_article) or "
-            "adapted_extra (stage C: n = 3 8:2:2 at N = 512, 9:3 at N = 1024)"
+            "adapted_extra (stage C: n = 3 8:2:2 at N = 512, 9:3 at N = 1024); distilled_table4 (the distillation "
+            "comparison's stage A: full attention and n = 2 converted, n = 2 from the self-distilled encoder of "
+            "--distilled_dir without and with task distillation from the full-attention cell, on the CPU recipe)"
         },
     )
     adaptation_dir: str | None = field(
@@ -347,6 +349,17 @@ class ComparisonConfig:
             "help": "the output folder of experiments/adaptation.py, whose runs/<run>/final_model the adapted grids' "
             "cells start from (required by those grids)"
         },
+    )
+    distilled_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "the folder of the self-distilled encoders, by name, that the distilled grids' cells start from "
+            f"(required by those grids; {DISTILLED_ENCODER_N512}: results/distillation/README.md rebuilds it)"
+        },
+    )
+    distillation_temperature: float = field(default=2.0, metadata={"help": "T of the task-distilled cells"})
+    distillation_alpha: float = field(
+        default=0.5, metadata={"help": "the distillation loss's share of the task-distilled cells' loss"}
     )
     cells: list[str] = field(
         default_factory=list,

@@ -19,6 +19,7 @@ MEASUREMENTS_FILE = "measurements.json"  # written by the driver once an evaluat
 # How the recorded commands name the work and data folders (shell variables: the README's commands set them).
 WORK_DIR_VARIABLE = "$WORK_DIR"
 ADAPTATION_DIR_VARIABLE = "$ADAPTATION_DIR"  # the adaptation chain's folder (experiments/adaptation.py)
+DISTILLED_DIR_VARIABLE = "$DISTILLED_DIR"  # the self-distilled encoders' folder (examples/distill_blockbert.py)
 DATA_DIR_VARIABLE = "$DATA_DIR"
 SQUAD_DEV = "SQuAD v1.1 dev (dev-v1.1.json.gz, CC BY-SA 4.0)"
 
@@ -52,6 +53,22 @@ class CellLayout:
     @property
     def results(self) -> Path:
         return Path(self.config.results_dir) / self.cell.name
+
+    @property
+    def teacher_model(self) -> Path | None:
+        """The fine-tuned model of a task-distilled cell's teacher (a cell of the same grid)."""
+        if not self.cell.teacher:
+            return None
+        return Path(self.config.work_dir) / "cells" / self.cell.teacher / "train" / "model"
+
+    @property
+    def teacher_logits(self) -> Path | None:
+        """Where a task-distilled cell's teacher logits are cached (fp16, a few MB, committed with the results so that
+        a later session needs no teacher weights): one file per teacher and training windows."""
+        if not self.cell.teacher:
+            return None
+        windows = f"{self.cell.training_set}-N{self.cell.max_seq_length}-{self.cell.qa_objective}"
+        return Path(self.config.results_dir) / "teacher_logits" / f"{self.cell.teacher}-{windows}.safetensors"
 
 
 def read_manifest(config: ComparisonConfig) -> dict:
@@ -137,6 +154,8 @@ def recorded_names(config: ComparisonConfig, source: Path) -> dict[str, Path]:
     names = {WORK_DIR_VARIABLE: Path(config.work_dir), DATA_DIR_VARIABLE: Path(config.data_dir)}
     if config.adaptation_dir:
         names[ADAPTATION_DIR_VARIABLE] = Path(config.adaptation_dir)
+    if config.distilled_dir:
+        names[DISTILLED_DIR_VARIABLE] = Path(config.distilled_dir)
     if not config.source_model:
         names[MINILM_VARIABLE] = source
     return names

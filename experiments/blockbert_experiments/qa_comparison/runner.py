@@ -15,6 +15,7 @@ from blockbert_hf.saving import sha256_of_file, write_json_atomically
 from blockbert_hf.training import list_checkpoints, read_metrics
 
 from .adapted import ADAPTED_FILE, adapted_command, check_adapted_models, planned_record, prepare_adapted_model
+from .distillation_report import write_stage_a_report
 from .grid import (
     ADAPTED_BASELINES,
     BASELINE,
@@ -104,7 +105,7 @@ def _convert(config: ComparisonConfig, cell: Cell, source: Path) -> None:
     model = CellLayout(config, cell).model
     if is_saved_model(model):
         return
-    if cell.adapted_from:
+    if cell.adapted_from or cell.distilled_from:
         record = prepare_adapted_model(config, cell, model)
         logger.info(adapted_command(record, str(model)))
     else:
@@ -138,6 +139,7 @@ def run_comparison(config: ComparisonConfig, grid: Sequence[Cell] | None = None)
     test_sets = test_set_names(config, manifest)
     source = resolve_source_model(config)
     check_adapted_models(config, [cell for cell in cells if not is_saved_model(CellLayout(config, cell).model)])
+    _check_teachers(config, [cell for cell in cells if not is_saved_model(CellLayout(config, cell).trained_model)])
     for cell in cells:  # a missing --squad_file stops the run before any work, not after the cells before it
         layout = CellLayout(config, cell)
         if cell.training_set == PARAGRAPHS and not is_saved_model(layout.trained_model):
@@ -156,6 +158,25 @@ def run_comparison(config: ComparisonConfig, grid: Sequence[Cell] | None = None)
         if config.report_after_each_cell:
             write_grid_report(config, grid)
     return failed
+
+
+def _check_teachers(config: ComparisonConfig, cells: Sequence[Cell]) -> None:
+    """Refuses, before any work, task-distilled cells with neither their teacher's cached logits nor its fine-tuned
+    model, unless the teacher runs before them in this call (one cell at a time: with `--jobs` it comes too late)."""
+    for position, cell in enumerate(cells):
+        layout = CellLayout(config, cell)
+        runs_before = config.jobs == 1 and cell.teacher in [other.name for other in cells[:position]]
+        if (
+            cell.teacher
+            and not runs_before
+            and not layout.teacher_logits.is_file()
+            and not is_saved_model(layout.teacher_model)
+        ):
+            raise FileNotFoundError(
+                f"Cell {cell.name} is task-distilled from {cell.teacher}, which has neither cached logits "
+                f"({layout.teacher_logits}) nor a fine-tuned model ({layout.teacher_model}): run --cells "
+                f"{cell.teacher} first."
+            )
 
 
 def _run_in_parallel(
@@ -183,9 +204,12 @@ def _run_in_parallel(
 
 
 def write_grid_report(config: ComparisonConfig, grid: Sequence[Cell] | None = None) -> dict:
-    """The report of `config.grid`: the comparison's (`write_report`) or the recipe choice's (`write_recipe_report`)."""
+    """The report of `config.grid`: the comparison's (`write_report`), the recipe choice's (`write_recipe_report`) or
+    the distillation comparison's Stage A (`write_stage_a_report`)."""
     if config.grid in RECIPE_GRIDS:
         return write_recipe_report(config)
+    if config.grid == "distilled_table4":
+        return write_stage_a_report(config)
     if config.grid in ADAPTED_BASELINES and config.baseline == BASELINE:
         config = replace(config, baseline=ADAPTED_BASELINES[config.grid])
     return write_report(config, grid_cells(config) if grid is None else grid)
@@ -283,9 +307,11 @@ def _trained_precision(attempts: Sequence[Mapping], config: ComparisonConfig) ->
 
 
 def _adapted_source(config: ComparisonConfig, cell: Cell, source: Path) -> dict:
-    """An adapted cell's starting weights: the adaptation run's final model (its sha256 and the attention fields the
-    cell changed), and the source the chain converted."""
+    """An adapted or distilled cell's starting weights: the adaptation run's final model or the distilled encoder (its
+    sha256 and the attention fields the cell changed), and the source the chain converted."""
     record = read_json(CellLayout(config, cell).model / ADAPTED_FILE) or planned_record(cell)
+    if "distilled" in record:
+        return {**record, "distilled_from": record.pop("distilled"), "converted_from": recorded_path(source)}
     return {**record, "adapted_from": record.pop("run"), "converted_from": recorded_path(source)}
 
 
@@ -303,7 +329,7 @@ def _source_model(source: Path, conversion: Mapping) -> dict:
 
 def _model_command(config: ComparisonConfig, cell: Cell, source: Path, names: Mapping[str, Path]) -> str:
     """How the cell's starting model was made: its conversion, or the copy of its adapted model."""
-    if cell.adapted_from:
+    if cell.adapted_from or cell.distilled_from:
         record = read_json(CellLayout(config, cell).model / ADAPTED_FILE) or planned_record(cell)
         return adapted_command(record, recorded_command([str(CellLayout(config, cell).model)], names))
     return command_line("convert_roberta_to_blockbert.py", convert_args(config, cell, source), names)
@@ -359,7 +385,7 @@ def write_cell_results(
             "max_eval_samples": config.max_eval_samples,
         },
         "source_model": _adapted_source(config, cell, source)
-        if cell.adapted_from
+        if cell.adapted_from or cell.distilled_from
         else _source_model(source, conversion),
         "train": {
             "finished": is_saved_model(layout.trained_model),

@@ -78,6 +78,13 @@ def train_args(config: ComparisonConfig, cell: Cell, manifest: Mapping, train_mi
             "--validation_file", command_path(Path(config.data_dir) / manifest["sets"][cell.epoch_eval_set]["file"]),
             "--per_device_eval_batch_size", str(eval_batch_size(config, cell.max_seq_length)),
         ]  # fmt: skip
+    if cell.teacher is not None:  # the teacher's logits are computed once, cached beside the results
+        args += [
+            "--teacher_model_name_or_path", command_path(layout.teacher_model),
+            "--teacher_logits", command_path(layout.teacher_logits),
+            "--distillation_temperature", str(config.distillation_temperature),
+            "--distillation_alpha", str(config.distillation_alpha),
+        ]  # fmt: skip
     if config.max_train_samples is not None:
         args += ["--max_train_samples", str(config.max_train_samples)]
     return args + _worker_args(config)
