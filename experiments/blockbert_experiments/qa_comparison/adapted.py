@@ -34,17 +34,18 @@ def adapted_model_path(config: ComparisonConfig, cell: Cell) -> Path:
 def check_adapted_models(config: ComparisonConfig, cells: Sequence[Cell]) -> None:
     """Refuses, before any work, cells whose adaptation run has no final model or whose distilled encoder is missing
     (or a run without --adaptation_dir or --distilled_dir)."""
-    _check_distilled_models(config, [cell for cell in cells if cell.distilled_from])
-    adapted = [cell for cell in cells if cell.adapted_from]
-    if not adapted:
-        return
-    if not config.adaptation_dir:
-        raise ValueError(
-            f"Cells {', '.join(cell.name for cell in adapted)} start from adapted encoders: pass --adaptation_dir, "
-            "the output folder of experiments/adaptation.py."
-        )
-    missing = sorted({c.adapted_from for c in adapted if not (adapted_model_path(config, c) / WEIGHTS).is_file()})
+    option = "--distilled_dir, the folder that holds the self-distilled encoders by name"
+    missing = _missing_models(config, cells, "distilled_from", config.distilled_dir, option)
     if missing:
+        raise FileNotFoundError(
+            f"{config.distilled_dir} has no distilled encoder {', '.join(missing)}: rebuild it from its committed "
+            "parts (`python experiments/weight_parts.py restore ...`, results/distillation/README.md) or distil it "
+            "with examples/distill_blockbert.py."
+        )
+    option = "--adaptation_dir, the output folder of experiments/adaptation.py"
+    missing = _missing_models(config, cells, "adapted_from", config.adaptation_dir, option)
+    if missing:
+        adapted = [cell for cell in cells if cell.adapted_from]
         needed = ", ".join(f"{run} ({', '.join(c.name for c in adapted if c.adapted_from == run)})" for run in missing)
         raise FileNotFoundError(
             f"{config.adaptation_dir} has no finished adaptation run {needed}: run `python experiments/adaptation.py "
@@ -52,21 +53,14 @@ def check_adapted_models(config: ComparisonConfig, cells: Sequence[Cell]) -> Non
         )
 
 
-def _check_distilled_models(config: ComparisonConfig, distilled: Sequence[Cell]) -> None:
-    if not distilled:
-        return
-    if not config.distilled_dir:
-        raise ValueError(
-            f"Cells {', '.join(cell.name for cell in distilled)} start from self-distilled encoders: pass "
-            "--distilled_dir, the folder that holds them by name."
-        )
-    missing = sorted({c.distilled_from for c in distilled if not (adapted_model_path(config, c) / WEIGHTS).is_file()})
-    if missing:
-        raise FileNotFoundError(
-            f"{config.distilled_dir} has no distilled encoder {', '.join(missing)}: rebuild it from its committed "
-            "parts (`python experiments/weight_parts.py restore ...`, results/distillation/README.md) or distil it "
-            "with examples/distill_blockbert.py."
-        )
+def _missing_models(config: ComparisonConfig, cells: Sequence[Cell], field: str, folder: str | None, option: str):
+    """The starting models (by the cells' `field`) without weights; a `ValueError` where cells need them and the
+    folder that holds them (`option`) is not given."""
+    starting = [cell for cell in cells if getattr(cell, field)]
+    if starting and not folder:
+        names = ", ".join(cell.name for cell in starting)
+        raise ValueError(f"Cells {names} start from models named by their {field}: pass {option}.")
+    return sorted({getattr(c, field) for c in starting if not (adapted_model_path(config, c) / WEIGHTS).is_file()})
 
 
 def config_overrides(cell: Cell, adapted: BlockBertConfig) -> dict:

@@ -73,15 +73,14 @@ def distilled_choice(arms: Mapping[str, Mapping[int, dict]]) -> dict:
     return {"arm": "d" if f1["d"] > f1["c"] + TIE else "c", "dev_f1": f1}
 
 
-def compare(arms, first: str, second: str, test_set: str, known_spread: float | None, config) -> dict | None:
+def compare(arms, first: str, second: str, test_set: str, known_spread: float | None, articles, config) -> dict | None:
     """`first` minus `second` on the set (seed-averaged per question), its bootstrap interval, both seed spreads and
     whether the amendment's rule resolves it."""
     mine, theirs = seed_mean(arms[first], test_set), seed_mean(arms[second], test_set)
     if mine is None or theirs is None:
         return None
-    questions = read_json(Path(config.results_dir) / "questions.json")[test_set]
     interval = paired_article_bootstrap(
-        mine, theirs, questions["article"][: len(mine)], samples=config.bootstrap_samples, seed=config.bootstrap_seed
+        mine, theirs, articles[: len(mine)], samples=config.bootstrap_samples, seed=config.bootstrap_seed
     )
     spreads = {arm: seed_spread(arms[arm], test_set) for arm in (first, second)}
     used = [known_spread if spread is None else spread for spread in spreads.values()]
@@ -97,14 +96,14 @@ def compare(arms, first: str, second: str, test_set: str, known_spread: float | 
     return {**interval, "seed_spreads": spreads, "spread_used": used, "status": status}
 
 
-def stage_a_summary(config: ComparisonConfig) -> dict:
-    """Everything the report states, from the finished cells of `config.results_dir`."""
-    arms = arm_cells(Path(config.results_dir))
+def stage_a_summary(config: ComparisonConfig, arms: Mapping[str, Mapping[int, dict]]) -> dict:
+    """Everything the report states, from the finished cells of `config.results_dir` (`arm_cells`)."""
+    questions = read_json(Path(config.results_dir) / "questions.json") or {}
     choice = distilled_choice(arms)
     table = {
         arm: {
             "seeds": sorted(cells),
-            "f1": {s: float(np.mean(seed_mean(cells, s))) for s in SETS if seed_mean(cells, s) is not None},
+            "f1": {s: float(np.mean(mean)) for s in SETS if (mean := seed_mean(cells, s)) is not None},
             "exact_match": {
                 s: float(np.mean([c["sets"][s]["exact_match"] for c in cells.values() if s in c["sets"]]))
                 for s in SETS
@@ -126,7 +125,8 @@ def stage_a_summary(config: ComparisonConfig) -> dict:
         measured = [spread for entry in table.values() if (spread := entry["seed_spread"].get(test_set)) is not None]
         known = max(measured, default=None)
         for first, second in pairs:
-            compared = compare(arms, first, second, test_set, known, config)
+            articles = questions.get(test_set, {}).get("article", [])
+            compared = compare(arms, first, second, test_set, known, articles, config)
             if compared is not None:
                 comparisons.setdefault(f"{first}-{second}", {})[test_set] = compared
     verdict = None
@@ -197,9 +197,9 @@ def _verdict_text(summary: Mapping) -> str:
     )
 
 
-def _commands(config: ComparisonConfig) -> str:
+def _commands(arms: Mapping[str, Mapping[int, dict]]) -> str:
     lines = []
-    for arm, cells in arm_cells(Path(config.results_dir)).items():
+    for arm, cells in arms.items():
         for seed, cell in sorted(cells.items()):
             lines += [f"# ({arm}) seed {seed}", *cell["commands"]]
     return "```bash\n" + "\n".join(lines) + "\n```" if lines else "No cell has finished yet."
@@ -207,9 +207,10 @@ def _commands(config: ComparisonConfig) -> str:
 
 def write_stage_a_report(config: ComparisonConfig) -> dict:
     """`README.md` and `results.json` of the results folder, from the cells finished so far."""
-    summary = stage_a_summary(config)
     folder = Path(config.results_dir)
-    cells = [cell for entry in arm_cells(folder).values() for cell in entry.values()]
+    arms = arm_cells(folder)
+    summary = stage_a_summary(config, arms)
+    cells = [cell for entry in arms.values() for cell in entry.values()]
     machines = sorted({machine for cell in cells for machine in cell["train"]["machines"]})
     text = f"""# Stage A: distilling a converted encoder into its blockwise self, at N = 512
 
@@ -244,7 +245,7 @@ largest spread measured on that set here).
 As each cell recorded them (`$WORK_DIR`, `$DATA_DIR`, `$DISTILLED_DIR`, `$MINILM`: the folders
 `python experiments/qa_comparison.py run --grid distilled_table4 ...` was given).
 
-{_commands(config)}
+{_commands(arms)}
 """
     write_file_atomically(folder / "README.md", text)
     write_json_atomically(folder / "results.json", json.loads(json.dumps(summary)))
