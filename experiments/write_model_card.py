@@ -1,11 +1,13 @@
-"""Write Hub model cards from what this repository measured: `--help` for the options; the cards and their options are
-described in `blockbert_experiments.model_cards`."""
+"""Write Hub model cards from what this repository measured.
+
+Options: `--help`; the code and its documentation: `blockbert_experiments.model_cards`.
+"""
 
 import os
 import sys
 
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported: everything read here is local
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported: everything read is local
 
 from blockbert_experiments.model_cards import main  # noqa: E402
 

@@ -1,19 +1,29 @@
-"""The adaptation chain (`experiments/adaptation.py`): a converted encoder that ships without an MLM head (such as
-all-MiniLM-L6-v2) continues masked-LM training with each attention pattern, as Longformer extended RoBERTa.
+"""The adaptation chain: a converted encoder that ships without an MLM head (such as all-MiniLM-L6-v2) continues
+masked-LM training with each attention pattern, as Longformer extended RoBERTa.
 
-1. `converted`: the source converted to a full-attention `BlockBertForMaskedLM` at its own N, with a new MLM head.
-2. `reference`: that head trained alone on the frozen encoder (`--train_only_mlm_head`), without dropout (the encoder
-   is a fixed feature extractor): the "before" row, and the head every pattern starts from.
-3. Each pattern (`PATTERNS`) continues from the reference's `final_model/` with its own attention and N: full attention
-   at N (the control: the same tokens, the same steps), n = 2 and 3 at N, n = 2 at 2N with positions restarting in
-   each block (blocks of N, as the long QA model lays them out). By default the word embeddings, and the decoder
-   weight tied to them, stay as the reference has them (`--freeze_word_embeddings`): with a corpus of a few million
-   tokens the softmax would otherwise move the embedding of every word the corpus never shows.
+    python experiments/adaptation_corpus.py --data_dir DATA --output_dir outputs/adaptation_corpus
+    python experiments/adaptation.py --output_dir outputs/adaptation \\
+        --train_files outputs/adaptation_corpus/train/*.jsonl.gz \\
+        --validation_files outputs/adaptation_corpus/held_out/wikitext2_test.jsonl.gz \\
+        --reference_tokens 2000000 --adaptation_tokens 5000000 --mixed_precision bf16
 
-Each step is one `accelerate launch examples/run_mlm.py` (or converter) command, recorded in `commands.jsonl`; a
-finished step is skipped and an interrupted one resumes from its last checkpoint, so the chain can be started again
-until it is done, one run at a time (`--runs NAME`) and in slices (`--stop_after_step K`) where a command must stay
-short. `collect_results` reads every run's metrics into `adaptation_results.json` and `plot_curves` draws them.
+1. `converted`: the source (--source_model, default all-MiniLM-L6-v2) converted to a full-attention
+   `BlockBertForMaskedLM` at its own N, with a new MLM head.
+2. `reference`: that head trained alone on the frozen encoder and word embeddings, without dropout: the "before" row,
+   and the head every pattern starts from.
+3. Each pattern run (`PATTERNS`; `--runs` picks some) continues from the reference's `final_model/` with its own
+   attention and N: `full_n512` (the control: the same tokens, the same steps), `n512_n2_10-2`, `n1024_n2_10-2` (2
+   blocks of 512, positions restarting in each block), `n512_n3_8-2-2` and `n1024_n2_9-3`. The word embeddings, and
+   the decoder tied to them, stay frozen unless --train_word_embeddings. Every run evaluates its starting point (step
+   0) and --evaluations times on the held-out text, at its own N.
+
+Each step is a command of its own (`accelerate launch examples/run_mlm.py ...`; --launcher), recorded in
+OUTPUT_DIR/commands.jsonl with paths as $OUTPUT_DIR and $SOURCE_MODEL. A finished run is skipped and an interrupted
+one resumes from its last checkpoint, so the command can simply be started again. To keep each command short, run one
+run at a time, `--runs NAME`, and slice a long one with `--stop_after_step K` (K a checkpoint step; the next start
+resumes). --dry_run prints the commands of the steps left. Results: OUTPUT_DIR/adaptation_results.json (each run's
+training and held-out loss curves, final held-out loss, speed and commands) and adaptation_curves.png, rewritten after
+every start. Exit status: 0 done (or stopped as asked); 1 a step failed; 2 bad options, refused before any work.
 """
 
 import json
@@ -27,14 +37,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from transformers import HfArgumentParser
+
 from blockbert_benchmarks.measuring.machine import machine_description, recorded_command
 from blockbert_hf.pretraining import FINAL_MODEL_DIR, RESULTS_FILE, list_checkpoints
 from blockbert_hf.saving import write_file_atomically, write_json_atomically
 from blockbert_hf.training import (
     METRICS_FILE,
     RUN_ARGS_FILE,
+    HelpFormatter,
     OutputDirError,
     OutputLayout,
+    check_output_dir,
+    claim_output_dir,
     differing_arguments,
     read_metrics,
     run_arguments,
@@ -89,8 +104,6 @@ RUN_NAMES = (REFERENCE, *(pattern.name for pattern in PATTERNS))
 
 @dataclass
 class AdaptationArguments:
-    """Options of `experiments/adaptation.py`."""
-
     train_files: list[str] = field(metadata={"help": "training text, e.g. the adaptation corpus's train/*.jsonl.gz"})
     validation_files: list[str] = field(metadata={"help": "held-out text, e.g. held_out/wikitext2_test.jsonl.gz"})
     output_dir: str = field(default="outputs/adaptation", metadata={"help": "converted/, runs/RUN/, results"})
@@ -446,3 +459,48 @@ def write_results(args: AdaptationArguments, names: Mapping) -> dict:
     write_json_atomically(output_dir / RESULTS_JSON, results)
     plot_curves(results, output_dir / CURVES_PNG)
     return results
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The command line (experiments/adaptation.py)
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def build_parser() -> HfArgumentParser:
+    return HfArgumentParser(AdaptationArguments, description=__doc__, formatter_class=HelpFormatter)
+
+
+def prepare(args: AdaptationArguments) -> Path:
+    """Checks the options, the inputs and the output folder before any work; returns the source model's folder."""
+    check_slicing(args)
+    missing = [path for path in [*args.train_files, *args.validation_files] if not Path(path).is_file()]
+    if missing:
+        raise FileNotFoundError(f"Data file(s) {', '.join(missing)} do not exist.")
+    if args.source_model:
+        source = Path(args.source_model)
+    else:
+        from .minilm import installed_minilm
+
+        source = installed_minilm()
+    if not args.dry_run:
+        check_chain_folder(args)
+        run_args = run_arguments(args)
+        check_output_dir(args.output_dir, run_args, ADAPTATION_OUTPUTS, inputs={"--source_model": str(source)})
+        claim_output_dir(None, args.output_dir, run_args, ADAPTATION_OUTPUTS)
+    return source
+
+
+def main(argv=None) -> int:
+    try:
+        (args,) = build_parser().parse_args_into_dataclasses(args=argv)
+        source = prepare(args)
+    except (ValueError, FileNotFoundError, OutputDirError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    states = run_chain(args, source)
+    if not args.dry_run and (Path(args.output_dir) / RUNS_DIR).is_dir():
+        results = write_results(args, recorded_names(args, source))
+        summary = {name: run["held_out_loss"] for name, run in results["runs"].items()}
+        print(json.dumps({"states": states, "held_out_loss": summary}))
+        print(f"written: {Path(args.output_dir) / RESULTS_JSON}")
+    return 1 if "failed" in states.values() else 0

@@ -2,6 +2,8 @@
 (`experiments/adaptation.py`), written as `.jsonl.gz` files that `examples/run_mlm.py` reads with
 `--document_boundary file` (one record per document, paragraphs separated by blank lines).
 
+    python experiments/adaptation_corpus.py --data_dir DATA --output_dir outputs/adaptation_corpus
+
 Training text, from a data folder laid out as `DATA_FILES` says:
 - WikiText-2 valid (tokenized; one document per article). `<unk>` becomes the tokenizer's unknown token, which the
   masking never picks as a target, and the ` @-@ `, ` @,@ `, ` @.@ ` escapes become `-`, `,`, `.`;
@@ -19,16 +21,18 @@ import gzip
 import json
 import re
 import shlex
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from transformers import AutoTokenizer, PreTrainedTokenizerBase
+from transformers import AutoTokenizer, HfArgumentParser, PreTrainedTokenizerBase
 
 from blockbert_benchmarks.measuring.machine import recorded_path
 from blockbert_hf.pretraining import read_documents, split_documents
 from blockbert_hf.pretraining.data import special_token_template
 from blockbert_hf.saving import atomic_directory, sha256_of_file, write_json_atomically
+from blockbert_hf.training import HelpFormatter
 
 from .long_context import DEFAULT_DEV_TITLES, hold_out_dev_articles, read_article_halves
 
@@ -52,8 +56,6 @@ GUTENBERG_END = re.compile(r"^\*\*\* ?END OF (THE|THIS) PROJECT GUTENBERG", re.I
 
 @dataclass
 class CorpusArguments:
-    """Options of `experiments/adaptation_corpus.py`."""
-
     data_dir: str = field(
         metadata={
             "help": "folder holding corpus/wikitext-2/wiki.{valid,test}.tokens.gz, corpus/gutenberg/*.txt.gz and "
@@ -241,3 +243,16 @@ def _installed_minilm() -> Path:
     from .minilm import installed_minilm
 
     return installed_minilm()
+
+
+def main(argv=None) -> int:
+    parser = HfArgumentParser(CorpusArguments, description=__doc__, formatter_class=HelpFormatter)
+    (args,) = parser.parse_args_into_dataclasses(args=argv)
+    try:
+        manifest = build_corpus(args)
+    except (FileNotFoundError, FileExistsError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(json.dumps(manifest["totals"]))
+    print(f"written: {args.output_dir}/ ({MANIFEST_FILE})")
+    return 0

@@ -4,17 +4,31 @@ against the same block 1 after a block 0 taken from another held-out sequence (`
 Only block 1 is masked (15 percent of its tokens, 80/10/10, the masks seeded as `run_mlm.py` seeds its validation
 masks); block 0 and any later block stay as they are. Block 1 is the same in both inputs, so only attention that
 carries block 0 into block 1 (the shift-1 heads at n = 2, or full attention) can change its loss: a difference about 0
-says those heads do not use what they read. The held-out sequences are full N-token sequences, so that both blocks
+says those heads do not use what they read.
+
+    python experiments/block_diagnostic.py --model_path outputs/adaptation/runs/n512_n2_10-2/final_model \\
+        --validation_files outputs/adaptation_corpus/held_out/wikitext2_test.jsonl.gz --max_sequences 256 \\
+        --output_file outputs/adaptation/diagnostic_n512_n2_10-2.json
+
+The model's own N and b are used (a full-attention model is split at N / 2, or --block_size). Prints the result as JSON
+and writes it to --output_file if given. The held-out sequences are full N-token sequences, so that both blocks
 are whole; the other sequence comes from another document where there is one (`partners`; `same_document_pairs`
 counts the pairs where there is not, whose block 0 may still say something about block 1).
 """
 
+import json
 import math
+import sys
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
+from transformers import AutoModelForMaskedLM, AutoTokenizer, HfArgumentParser
 
 from blockbert_hf.pretraining import VALIDATION_SEED, MaskingCollator, read_documents, tokenize_and_pack
+from blockbert_hf.saving import write_json_atomically
+from blockbert_hf.training import HelpFormatter
 
 
 def diagnostic_block_size(config, block_size: int | None = None) -> int:
@@ -120,3 +134,39 @@ def block_context_diagnostic(
         "difference_standard_error": standard_error,
         "same_document_pairs": sum(documents[i] == documents[j] for i, j in enumerate(partner.tolist())),
     }
+
+
+@dataclass
+class DiagnosticArguments:
+    model_path: str = field(metadata={"help": "a saved BlockBertForMaskedLM folder with its tokenizer"})
+    validation_files: list[str] = field(metadata={"help": "held-out .txt(.gz) / .jsonl(.gz) files"})
+    document_boundary: Literal["file", "blank_line", "heading"] = field(
+        default="file", metadata={"help": "where a document ends, as in run_mlm.py"}
+    )
+    max_sequences: int | None = field(default=256, metadata={"help": "the first K full held-out sequences"})
+    block_size: int | None = field(default=None, metadata={"help": "b (default: the model's, or N / 2)"})
+    batch_size: int = 8
+    threads: int | None = field(default=None, metadata={"help": "torch CPU threads (default: torch's)"})
+    output_file: str | None = field(default=None, metadata={"help": "write the result here as JSON"})
+
+
+def main(argv=None) -> int:
+    parser = HfArgumentParser(DiagnosticArguments, description=__doc__, formatter_class=HelpFormatter)
+    (args,) = parser.parse_args_into_dataclasses(args=argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model = AutoModelForMaskedLM.from_pretrained(args.model_path)
+    tokenizer = AutoTokenizer.from_pretrained(args.model_path)
+    seq_len = model.config.max_sequence_length
+    sequences = full_sequences(
+        args.validation_files, tokenizer, seq_len, args.document_boundary, limit=args.max_sequences
+    )
+    try:
+        result = block_context_diagnostic(model, tokenizer, sequences, args.block_size, args.batch_size)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(json.dumps(result))
+    if args.output_file:
+        write_json_atomically(args.output_file, result)
+    return 0

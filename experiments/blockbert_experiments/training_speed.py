@@ -1,10 +1,25 @@
-"""A pre-training run's speed from its own record (`metrics.jsonl`, `run_args.json` in its output folder). Summarise
-on the machine that ran it: the machine recorded is the one summarising."""
+"""The training speed of one `examples/run_mlm.py` run, from its own record (`metrics.jsonl`, `run_args.json` in its
+output folder): tokens per second over its logged steps (the first ones left out: warm-up), with the machine, the run's
+settings and the command that ran it. Summarise on the machine that ran it: the machine recorded is the one
+summarising. Sizes the adaptation runs (`experiments/adaptation.py`) from a measurement rather than an estimate.
+
+    accelerate launch --cpu examples/run_mlm.py --output_dir outputs/throughput ... --logging_steps 1 \\
+        --stop_after_step 60
+    python experiments/mlm_throughput.py --run_dir outputs/throughput --output results/adaptation/cpu_throughput.json \\
+        --command "accelerate launch --cpu examples/run_mlm.py ..." --corpus_tokens 2019235
+
+Exit status: 0 written; 2 bad options or a run without logged steps, refused before writing anything.
+"""
 
 import json
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from transformers import HfArgumentParser
+
 from blockbert_benchmarks.measuring.machine import machine_description, recorded_path
+from blockbert_hf.training import HelpFormatter
 
 
 # The settings that decide a step's cost, copied from the run's record.
@@ -61,3 +76,29 @@ def run_speed(run_dir: str | Path, warmup_steps: int = 1, corpus_tokens: int | N
             "hours": round(corpus_tokens * seconds / tokens / 3600, 2),
         }
     return result
+
+
+@dataclass
+class ThroughputArguments:
+    run_dir: str = field(metadata={"help": "output folder of a run_mlm.py run logged with --logging_steps 1"})
+    output: str = field(metadata={"help": "JSON file to write"})
+    command: str = field(metadata={"help": "the command line that ran it, recorded as given"})
+    warmup_steps: int = field(default=1, metadata={"help": "first logged steps left out of the speed"})
+    corpus_tokens: int | None = field(default=None, metadata={"help": "also give the hours per epoch of this many"})
+    conditions: str = field(default="", metadata={"help": "what else ran on the machine meanwhile (recorded as given)"})
+
+
+def main(argv=None) -> int:
+    parser = HfArgumentParser(ThroughputArguments, description=__doc__, formatter_class=HelpFormatter)
+    (args,) = parser.parse_args_into_dataclasses(args=argv)
+    try:
+        result = run_speed(args.run_dir, args.warmup_steps, args.corpus_tokens)
+    except (FileNotFoundError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    result.update(command=args.command, conditions=args.conditions)
+    with open(args.output, "w") as file:
+        json.dump(result, file, indent=2)
+        file.write("\n")
+    print(f"{result['tokens_per_second']:.0f} tokens/s; written: {args.output}")
+    return 0

@@ -1,18 +1,28 @@
-"""Pictures of BlockBERT's attention masks (which keys each query may attend), for the documentation.
+"""Pictures of BlockBERT's attention masks (which keys each query may attend), for the documentation: one panel per
+shift, query position down, key position across.
+
+    python experiments/plot_attention_masks.py
+
+writes docs/figures/attention_mask_n2_10-2.png and docs/figures/attention_mask_n3_8-2-2.png (the paper's "10:2" and
+"8:2:2" head splits over 24 tokens); docs/attention.md gives the rule.
 
 The mask is read from what a tiny randomly initialised model actually attends, not recomputed from the rule, so the
 picture shows the code's behaviour. matplotlib is imported only when a figure is drawn (it is in the `examples` and
 `test` extras, not a dependency of the package).
 """
 
+import logging
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from transformers import HfArgumentParser
 
 from blockbert_hf.configuration_blockbert import BlockBertConfig, parse_heads_per_shift
 from blockbert_hf.modeling_blockbert import BlockBertModel, blockwise_attentions_to_dense
 from blockbert_hf.saving import write_file_atomically
+from blockbert_hf.training import HelpFormatter
 
 
 ATTENDED_COLOR = "#1f4e9c"
@@ -139,3 +149,30 @@ def save_attention_mask_figure(
 
     write_file_atomically(path, save)
     return path
+
+
+@dataclass
+class PlotArguments:
+    heads_per_shift: list[str] = field(
+        default_factory=lambda: ["10:2", "8:2:2"],
+        metadata={"help": "one figure per head split, in the paper's notation (n = number of counts)"},
+    )
+    sequence_length: int = field(default=24, metadata={"help": "tokens shown (N of the tiny model drawn)"})
+    output_dir: str = field(default="docs/figures", metadata={"help": "where the PNG files go"})
+
+
+def build_parser() -> HfArgumentParser:
+    return HfArgumentParser(PlotArguments, description=__doc__, formatter_class=HelpFormatter)
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    (args,) = parser.parse_args_into_dataclasses(args=argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    for heads_per_shift in args.heads_per_shift:
+        try:
+            path = save_attention_mask_figure(heads_per_shift, args.output_dir, args.sequence_length)
+        except ValueError as error:
+            parser.error(str(error))
+        logging.info(f"Wrote {path}")
+    return 0

@@ -9,6 +9,7 @@ from conftest import SAMPLE_TEXT, load_script, tiny_roberta_source
 from safetensors.torch import load_file
 
 from blockbert_benchmarks.measuring.machine import machine_description
+from blockbert_experiments import adaptation
 from blockbert_experiments.adaptation import COMMANDS_FILE, CURVES_PNG, RESULTS_JSON, RUN_NAMES
 
 
@@ -100,8 +101,8 @@ def test_the_chain_refuses_bad_options_before_any_work(tmp_path, tokenizer, caps
     assert "--block_relative_positions" in printed and not (tmp_path / "adaptation").exists()
 
     # A folder where a chain with other budgets ran is refused; the runs to do and the slicing may change.
-    (args,) = script.build_parser().parse_args_into_dataclasses(args=_argv(tmp_path))
-    script.prepare(args)
+    (args,) = adaptation.build_parser().parse_args_into_dataclasses(args=_argv(tmp_path))
+    adaptation.prepare(args)
     (tmp_path / "adaptation" / "runs").mkdir()  # what a start that ran leaves
     assert script.main(_argv(tmp_path, "--adaptation_tokens", "8192", "--dry_run", "--runs", "reference")) == 0
     capsys.readouterr()

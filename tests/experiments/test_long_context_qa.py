@@ -1,9 +1,9 @@
 import hashlib
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+from conftest import REPO_ROOT, load_script
 
 from blockbert_experiments.long_context import (
     SEPARATOR,
@@ -16,7 +16,6 @@ from blockbert_experiments.long_context import (
 from blockbert_hf.qa import load_qa_dataset
 
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 SQUAD_SAMPLE = REPO_ROOT / "data" / "samples" / "squad_v1.1_dev_sample.json"
 # With the test tokenizer the sample's paragraphs have 214-644 tokens and its articles about 7k. Its first half is one
 # article, none of the default dev articles: no dev split unless a test asks for one.
@@ -35,14 +34,6 @@ DEV_TITLE = "Jacksonville,_Florida_(copy)"
 
 def _build(tokenizer, output_dir, source=SQUAD_SAMPLE, **overrides):
     return build_long_context_sets(source, output_dir, tokenizer, LongContextConfig(**{**CONFIG, **overrides}))
-
-
-def _load_cli():
-    path = REPO_ROOT / "experiments" / "build_long_context_qa.py"
-    spec = importlib.util.spec_from_file_location("build_long_context_qa", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _read(path) -> list[dict]:
@@ -383,7 +374,7 @@ def test_existing_output_is_kept_unless_overwrite(tokenizer, tmp_path):
 def test_cli_builds_the_sets_from_a_tokenizer_folder(tokenizer, tmp_path, capsys):
     tokenizer.save_pretrained(tmp_path / "tokenizer")
     output_dir = tmp_path / "sets"
-    _load_cli().main(
+    load_script("experiments/build_long_context_qa.py").main(
         [
             "--squad_file", str(SQUAD_SAMPLE), "--tokenizer", str(tmp_path / "tokenizer"), "--output_dir",
             str(output_dir), "--sets", "paragraph", "sweep", "--sweep_lengths", "512", "1024", "--sweep_questions", "5",
@@ -432,7 +423,7 @@ def test_cli_user_errors_are_one_line_and_exit_2_before_writing(tokenizer, tmp_p
     else:
         arguments.update({"--sets": "sweep", "--sweep_questions": "500"})
     with pytest.raises(SystemExit) as exit_info:
-        _load_cli().main([word for pair in arguments.items() for word in pair])
+        load_script("experiments/build_long_context_qa.py").main([word for pair in arguments.items() for word in pair])
     assert exit_info.value.code == 2
     error = capsys.readouterr().err
     assert message.format(tmp=tmp_path) in error and "Traceback" not in error

@@ -3,7 +3,6 @@ against the SQuAD metric, the paired article bootstrap, and `run` end to end on 
 from its checkpoint and redoing only a missing evaluation)."""
 
 import copy
-import importlib.util
 import json
 import random
 import shutil
@@ -12,38 +11,30 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, load_script
 from transformers import RobertaConfig, RobertaModel
 
 from blockbert_benchmarks.measuring.machine import machine_description, machine_hardware
 from blockbert_experiments.long_context import LongContextConfig, build_long_context_sets
-from blockbert_experiments.qa_comparison import (
-    GRID,
-    PARAGRAPHS,
-    Cell,
-    ComparisonConfig,
-    batch_sizes,
-    format_plan,
-    paired_article_bootstrap,
-    plan_comparison,
-    question_scores,
-    run_comparison,
-    select_cells,
-    write_report,
-)
 from blockbert_experiments.qa_comparison import runner as comparison_runner
 from blockbert_experiments.qa_comparison.grid import (
     EPOCHS_GRID,
+    GRID,
     LAYOUT_GRID,
     OBJECTIVE_GRID,
+    PARAGRAPHS,
     RECIPE_GRID,
+    Cell,
+    ComparisonConfig,
     Recipe,
+    batch_sizes,
     cell_recipe,
     eval_batch_size,
     grid_cells,
+    select_cells,
 )
 from blockbert_experiments.qa_comparison.layout import cell_sets, training_file
-from blockbert_experiments.qa_comparison.plan import estimated_train_minutes
+from blockbert_experiments.qa_comparison.plan import estimated_train_minutes, format_plan, plan_comparison
 from blockbert_experiments.qa_comparison.provenance import (
     demo_note,
     driver_commands,
@@ -60,9 +51,12 @@ from blockbert_experiments.qa_comparison.recipe_report import (
     recipe_choice,
     write_recipe_report,
 )
-from blockbert_experiments.qa_comparison.report import load_results, plot_label
+from blockbert_experiments.qa_comparison.report import load_results, plot_label, write_report
+from blockbert_experiments.qa_comparison.runner import run_comparison
 from blockbert_experiments.qa_comparison.scores import (
     article_bootstrap_ratio,
+    paired_article_bootstrap,
+    question_scores,
     seed_t_interval,
     wider_interval,
 )
@@ -71,14 +65,6 @@ from blockbert_hf.qa import SquadMetric, load_qa_dataset
 
 
 SQUAD_SAMPLE = REPO_ROOT / "data" / "samples" / "squad_v1.1_dev_sample.json"
-
-
-def _load_cli():
-    path = REPO_ROOT / "experiments" / "qa_comparison.py"
-    spec = importlib.util.spec_from_file_location("qa_comparison", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -700,7 +686,7 @@ def test_run_end_to_end_then_resume_redoes_only_what_is_missing(tiny_setup, monk
     assert "| `tiny_n2` | 5.12 | 4.50 |" in (root / "results" / "README.md").read_text()
 
     # The command line: --dry_run prints the plan and `report` rewrites the report.
-    cli = _load_cli()
+    cli = load_script("experiments/qa_comparison.py")
     assert cli.main(["report", *_cli_args(root)]) == 0
     assert cli.main(["bogus"]) == 2
 
@@ -763,7 +749,7 @@ def test_the_objective_screen_runs_both_objectives_on_the_dev_articles_and_the_r
     assert f"**Choice**: `{winner.qa_objective}`." in objective_part
     assert apply_recipe_choice(replace(config, grid="comparison")).long_qa_objective == winner.qa_objective
 
-    cli = _load_cli()
+    cli = load_script("experiments/qa_comparison.py")
     args = ["run", "--dry_run", "--grid", "objective", "--recipe_dir", str(recipe), "--results_dir", str(recipe)]
     assert cli.main([*args, "--data_dir", config.data_dir, "--work_dir", config.work_dir]) == 0
     printed = capsys.readouterr().out
@@ -801,7 +787,7 @@ def _cli_args(root):
 
 def test_dry_run_prints_the_plan_in_priority_order(tiny_setup, capsys):
     root = tiny_setup
-    cli = _load_cli()
+    cli = load_script("experiments/qa_comparison.py")
     cells = ["n512_n3_8-2-2_seed0", "n512_full_seed0"]
     assert cli.main(["run", "--dry_run", "--cells", *cells, *_cli_args(root)]) == 0
     printed = capsys.readouterr().out
@@ -983,7 +969,7 @@ def test_report_skips_a_cell_with_an_unreadable_file_naming_it_and_reports_the_o
 
 
 def test_run_with_an_unknown_cell_names_the_valid_cells_before_looking_for_the_data(tmp_path, capsys):
-    cli = _load_cli()
+    cli = load_script("experiments/qa_comparison.py")
     for dry_run in ([], ["--dry_run"]):
         args = ["run", "--cells", "bogus", *dry_run, "--data_dir", str(tmp_path / "no-data")]
         args += ["--results_dir", str(tmp_path / "results"), "--work_dir", str(tmp_path / "work")]
@@ -1154,7 +1140,7 @@ def test_a_record_that_disagrees_with_the_committed_report_is_found(tmp_path):
 def test_the_driver_commands_run_each_cell_with_its_recorded_recipe(tmp_path):
     """Each `run` line, parsed as the command line parses it, gives every cell of its group the learning rate,
     epochs, negative rate, batches, precisions, window scoring and layout its record holds."""
-    cli = _load_cli()
+    cli = comparison_runner
     results = load_results(ComparisonConfig(results_dir=str(_committed_records(tmp_path / "records"))))
     lines = driver_commands(results, ComparisonConfig(), GRID).replace("\\\n    ", "").splitlines()
     runs = [line.split("qa_comparison.py ", 1)[1].split() for line in lines if "qa_comparison.py run" in line]

@@ -1,12 +1,10 @@
 """The attention-mask pictures: they draw the block rule of docs/attention.md, and the script writes them."""
 
-import importlib.util
-
 import pytest
 import torch
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, load_script
 
-from blockbert_experiments.visualization import blockwise_attention_mask, figure_file_name
+from blockbert_experiments.visualization import blockwise_attention_mask, build_parser, figure_file_name
 
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -50,13 +48,8 @@ def test_mask_leaves_the_callers_random_stream_alone():
 
 
 def test_script_writes_both_pictures(tmp_path):
-    spec = importlib.util.spec_from_file_location(
-        "plot_attention_masks", REPO_ROOT / "experiments" / "plot_attention_masks.py"
-    )
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    assert script.build_parser().parse_args([]).output_dir == "docs/figures"
-
+    assert build_parser().parse_args([]).output_dir == "docs/figures"
+    script = load_script("experiments/plot_attention_masks.py")
     assert script.main(["--output_dir", str(tmp_path), "--sequence_length", "12"]) == 0
     names = sorted(path.name for path in tmp_path.iterdir())
     assert names == ["attention_mask_n2_10-2.png", "attention_mask_n3_8-2-2.png"]  # no temporary file left behind

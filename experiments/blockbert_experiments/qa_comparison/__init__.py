@@ -18,35 +18,8 @@ of each cell's difference to the baseline from a paired bootstrap that resamples
 differences with a t-interval over seeds, the seed spread, and the recipe and commands the cells' records give.
 
 Modules: `grid` (the cells and the recipe), `layout` (where inputs and files are), `plan` (time estimates, the dry-run
-table), `steps` (the scripts' arguments, running one step), `runner` (the resumable run, results files), `scores`
-(per-question scores, the paired article bootstrap, the t-interval over seeds), `provenance` (the recipe, commands and
-notes on the data from the cells' records), `report` (tables, plot, README).
+table), `steps` (the scripts' arguments, running one step), `runner` (the resumable run, results files and the command
+line of `experiments/qa_comparison.py`), `scores` (per-question scores, the paired article bootstrap, the t-interval
+over seeds), `provenance` (the recipe, commands and notes on the data from the cells' records), `report` (tables, plot,
+README).
 """
-
-from .grid import BASELINE, GRID, PARAGRAPHS, Cell, ComparisonConfig, batch_sizes, select_cells
-from .plan import CellPlan, format_plan, plan_comparison
-from .recipe_report import apply_recipe_choice, write_recipe_report
-from .report import write_report
-from .runner import run_comparison, write_grid_report
-from .scores import paired_article_bootstrap, question_scores
-
-
-__all__ = [
-    "BASELINE",
-    "GRID",
-    "PARAGRAPHS",
-    "Cell",
-    "CellPlan",
-    "ComparisonConfig",
-    "apply_recipe_choice",
-    "batch_sizes",
-    "format_plan",
-    "paired_article_bootstrap",
-    "plan_comparison",
-    "question_scores",
-    "run_comparison",
-    "select_cells",
-    "write_grid_report",
-    "write_recipe_report",
-    "write_report",
-]
