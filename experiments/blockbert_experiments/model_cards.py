@@ -833,22 +833,18 @@ def measured_without_pretraining(configuration: PaperConfiguration, report: Mapp
             found += f" and {_f1_interval(verdict['paragraph']['f1'])} over single paragraphs"
     else:
         return ""
-    return f"""
-## Measured by this project without step 2 (a smaller encoder)
-
-What skipping the continued pre-training costs, measured at a smaller scale: this project converted all-MiniLM-L6-v2 (6
-layers, hidden 384, pre-trained with full attention) to the nearest layout, `{cell}` ({report["cells"][cell]["label"]}), and fine-tuned it for
-question answering on half of SQuAD v1.1 dev: {found}. Details, commands and the other configurations:
-`{COMPARISON_REPORT.parent.as_posix()}/README.md`.
-"""  # noqa: E501
+    return (
+        "\n## Measured by this project without step 2 (a smaller encoder)\n\n"
+        f"all-MiniLM-L6-v2 converted to the nearest layout, `{cell}` ({report['cells'][cell]['label']}), and only "
+        f"fine-tuned for QA on half of SQuAD v1.1 dev: {found}. Details: `{COMPARISON_REPORT.parent}/README.md`.\n"
+    )
 
 
 def recipe_card(configuration: PaperConfiguration, comparison_report: Mapping | None = None) -> ModelCard:
     """The card of one of the paper's configurations, for which no weights are published: how to make it from
-    roberta-base with this repository, how to load it, its intended use and limitations, and (given the QA
-    comparison's report) what skipping its continued pre-training cost a smaller encoder."""
+    roberta-base with this repository, how to load it, its limitations, and (given the QA comparison's report) what
+    skipping its continued pre-training cost a smaller encoder."""
     c = configuration
-    shifted = sum(c.heads[1:])
     converted, run = f"outputs/{c.name}-converted", f"outputs/{c.name}-mlm"
     data = ModelCardData(
         model_name=c.name,
@@ -864,95 +860,79 @@ def recipe_card(configuration: PaperConfiguration, comparison_report: Mapping | 
         limitations.insert(
             0,
             f"roberta-base was trained on at most 512 tokens: the converter fills position rows 513 to "
-            f"{c.max_seq_length:,} by repeating the trained rows, and only continued pre-training teaches the model "
-            "where those positions are.",
+            f"{c.max_seq_length:,} by repeating the trained rows; only continued pre-training teaches those positions.",
         )
     limitations += [
-        f"Converted but not yet pre-trained, the model is not usable: its {shifted} shifted heads per layer attend "
-        "other tokens than roberta-base's heads were trained on (docs/conversion.md shows by how much the outputs "
-        "move). Step 2 is what makes it a BlockBERT.",
-        "The recipe starts from roberta-base's weights and uses the paper's pre-training hyper-parameters; it has "
-        "not been run to the end by this project, so no quality is claimed for its result.",
+        f"Converted but not pre-trained (step 2), the model is not usable: its {sum(c.heads[1:])} shifted heads per "
+        "layer attend other tokens than roberta-base's heads were trained on (docs/conversion.md).",
+        "This project has not run the recipe to the end: no quality is claimed for its result.",
+    ]
+    configuration_rows = [
+        ["N (longest input)", f"{c.max_seq_length:,} tokens"],
+        ["blocks n, block size b", f"{c.num_blocks}, b = {c.block_size} tokens"],
+        ["heads per shift", f"{c.heads_per_shift} ({c.heads[0]} read their own block, {sum(c.heads[1:])} another)"],
+        ["size", "RoBERTa-base: 12 layers, hidden 768, 12 heads"],
+    ]
+    sequences, billions = PAPER_TOKENS_PER_BATCH // c.max_seq_length, RECIPE_STEPS * PAPER_TOKENS_PER_BATCH / 1e9
+    hyperparameters = [
+        ["tokens per batch", f"{PAPER_TOKENS_PER_BATCH:,} ({sequences} sequences of {c.max_seq_length:,})"],
+        ["optimizer", "AdamW (0.9, 0.999, eps 1e-8), weight decay 0.01, gradient clipping 1.0"],
+        ["learning rate", f"{PAPER_LEARNING_RATE}, linear warmup and decay"],
+        ["warmup (not the paper's)", "0.06"],
+        ["steps (not the paper's: set your budget)", f"{RECIPE_STEPS:,}, about {billions:.1f} B tokens"],
     ]
     body = f"""
 {_generated_note("from its recipe")}
 
 # {c.name} (recipe, no weights published)
 
-> **No weights published.** This card describes how to make `{c.name}` with {REPOSITORY}; no checkpoint of this name
-> has been trained or uploaded by this project, and nothing on this card was measured on such a checkpoint.
+> **No weights published.** This card describes how to make `{c.name}` with {REPOSITORY}; nothing on it was measured
+> on such a checkpoint.
 
-BlockBERT ("Blockwise Self-Attention for Long Document Understanding", Qiu et al., Findings of EMNLP 2020) is RoBERTa
-with blockwise self-attention: each head splits the sequence into n blocks and lets query block i attend only key
-block (i + s) mod n, s being the head's shift. Attention memory and FLOPs drop by n. This is the paper's configuration
-with N = {c.max_seq_length:,} tokens, n = {c.num_blocks} blocks of b = {c.block_size} tokens and heads per shift
-{c.heads_per_shift} ({c.heads[0]} heads attend their own block, {shifted} attend another block), at RoBERTa-base size
-(12 layers, hidden 768, 12 heads).
+The paper's configuration of BlockBERT (RoBERTa with blockwise self-attention: query block i of a head with shift s
+attends key block (i + s) mod n), made from roberta-base by conversion and continued masked-LM pre-training.
 
+{_table(["", ""], configuration_rows)}
 ## How to make it
 
-From the repository root of {REPOSITORY}:
+From the repository root of {REPOSITORY} (details: `docs/pretraining.md`, `docs/conversion.md`):
 
 ```bash
-# 1. roberta-base's weights as BlockBERT (needs the Hub, or a downloaded folder in place of the id);
-#    the converter checks that n = 1 reproduces roberta-base and writes nothing if it does not
+# 1. roberta-base's weights as BlockBERT; the converter checks that n = 1 reproduces roberta-base
 python examples/convert_roberta_to_blockbert.py {ROBERTA_BASE} {converted} \\
     --num_blocks {c.num_blocks} --heads_per_shift {c.heads_per_shift} --max_seq_length {c.max_seq_length}
 
-# 2. continued masked-LM pre-training on your corpus (.txt / .txt.gz / .jsonl documents)
+# 2. continued masked-LM pre-training on your corpus (.txt / .txt.gz / .jsonl documents); --resume continues
 accelerate launch examples/run_mlm.py --model_name_or_path {converted} --output_dir {run} \\
     --train_files corpus/*.txt.gz --validation_files corpus-held-out.txt.gz \\
     --max_seq_length {c.max_seq_length} --num_blocks {c.num_blocks} --heads_per_shift {c.heads_per_shift} \\
     --tokens_per_batch {PAPER_TOKENS_PER_BATCH} --per_device_train_batch_size 8 \\
     --learning_rate {PAPER_LEARNING_RATE} --warmup_ratio 0.06 --max_train_steps {RECIPE_STEPS} \\
     --eval_steps 1000 --checkpointing_steps 1000
-# interrupted? the same command with --resume continues exactly where the last checkpoint left off
 
-# 3. the model: {run}/final_model (weights, config, tokenizer and the code for trust_remote_code)
+# 3. the model: {run}/final_model
 python examples/evaluate_mlm.py {run}/final_model --validation_files corpus-held-out.txt.gz
 ```
 
-Pre-training hyper-parameters (the paper's, as `examples/run_mlm.py` uses them by default): {PAPER_TOKENS_PER_BATCH:,}
-tokens per batch ({PAPER_TOKENS_PER_BATCH // c.max_seq_length} sequences of {c.max_seq_length:,}, split into processes x
-`--per_device_train_batch_size` x gradient accumulation), AdamW (0.9, 0.999, eps 1e-8), weight decay 0.01, peak
-learning rate {PAPER_LEARNING_RATE} with linear warmup and decay, gradient clipping 1.0. Not from the paper: the
-warmup share (the paper gives none; 0.06 here), the number of steps ({RECIPE_STEPS:,} here, about
-{RECIPE_STEPS * PAPER_TOKENS_PER_BATCH / 1e9:.1f} B tokens: set it to your budget) and the corpus. Details:
-`docs/pretraining.md` and `docs/conversion.md`.
+Pre-training hyper-parameters (the paper's unless marked):
 
+{_table(["", ""], hyperparameters)}
 ## How to load it
 
 ```python
-from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
+from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-model = AutoModel.from_pretrained("path/to/{c.name}", trust_remote_code=True)  # the final_model folder
-mlm = AutoModelForMaskedLM.from_pretrained("path/to/{c.name}", trust_remote_code=True)
+mlm = AutoModelForMaskedLM.from_pretrained("path/to/{c.name}", trust_remote_code=True)  # the final_model folder
 tokenizer = AutoTokenizer.from_pretrained("path/to/{c.name}", trust_remote_code=True)
 ```
-
-With `blockbert_hf` installed, `import blockbert_hf` registers the classes and `trust_remote_code` is not needed.
-
-## Intended use
-
-An encoder to fine-tune for tasks on long English documents (extractive question answering, classification, token
-classification) where full attention at N = {c.max_seq_length:,} costs too much memory or time; `examples/run_qa.py`
-fine-tunes it for QA and the folder carries a QA pipeline that reads contexts of any length in windows of N tokens.
-Also a baseline for research on sparse attention patterns.
 
 ## Limitations
 
 {_bullets(limitations)}
-
-The attention rules behind these points: `docs/attention.md`.
 {measured_without_pretraining(c, comparison_report)}
-## From the paper (not measured by this project)
-
-The paper's abstract reports that BlockBERT uses 18.7-36.1% less memory and 12.0-25.1% less time to train than RoBERTa,
-and saves 27.8% inference time, with comparable and sometimes better prediction accuracy.
-
 ## Citation
 
-{CITATION}"""  # noqa: E501
+{CITATION}"""
     return assemble_card(data, body)
 
 
