@@ -8,8 +8,9 @@ import shutil
 
 import pytest
 import torch
-from conftest import REPO_ROOT, load_script, tiny_config
+from conftest import REPO_ROOT, tiny_config
 
+from blockbert_experiments import demo
 from blockbert_experiments.demo import (
     attention_variants,
     evaluate_held_out,
@@ -226,14 +227,13 @@ def test_the_report_shows_examples_scores_and_ratios(qa_folder):
 def demo_cli(monkeypatch):
     """experiments/demo.py as a module whose steps (the example scripts) must not start: a check that lets a bad
     option through fails the test at once instead of converting and fine-tuning."""
-    module = load_script("experiments/demo.py")
 
     def no_work(*args, **kwargs):
         raise AssertionError("the demo started its work")
 
-    monkeypatch.setattr(module, "run_script", no_work)
-    monkeypatch.setattr(module, "write_training_file", no_work)
-    return module
+    monkeypatch.setattr(demo, "run_script", no_work)
+    monkeypatch.setattr(demo, "write_training_file", no_work)
+    return demo
 
 
 @pytest.mark.parametrize(
@@ -329,7 +329,6 @@ def test_the_output_folder_guard_refuses_any_other_folder(demo_cli, tmp_path, ca
 
 @pytest.mark.parametrize("native", [True, False])
 def test_auto_precision_is_bf16_only_where_the_cpu_computes_it(monkeypatch, native):
-    module = load_script("experiments/demo.py")
-    monkeypatch.setattr(module, "cpu_has_native_bf16", lambda: native)
-    assert module.training_precision("auto") == ("bf16" if native else "no")
-    assert module.training_precision("bf16") == "bf16" and module.training_precision("no") == "no"
+    monkeypatch.setattr(demo, "cpu_has_native_bf16", lambda: native)
+    assert demo.training_precision("auto") == ("bf16" if native else "no")
+    assert demo.training_precision("bf16") == "bf16" and demo.training_precision("no") == "no"
