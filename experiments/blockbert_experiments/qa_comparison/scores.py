@@ -50,6 +50,28 @@ def set_questions(path: Path) -> dict:
     }
 
 
+def _article_resamples(columns: Sequence[np.ndarray], articles: Sequence[int], samples: int, seed: int):
+    """The number of articles and, for each of `columns` (one value per question), its totals over `samples`
+    resamples of whole articles with replacement (the same resamples for every column)."""
+    groups = np.asarray(articles)
+    if any(column.shape != groups.shape for column in columns) or groups.size == 0:
+        sizes = ", ".join(str(column.size) for column in columns)
+        raise ValueError(
+            f"Need one article per question and at least one question: got {sizes} scores and {groups.size} article "
+            "indices."
+        )
+    _, group = np.unique(groups, return_inverse=True)
+    sums = [np.bincount(group, weights=column) for column in columns]
+    drawn = np.random.default_rng(seed).integers(0, len(sums[0]), size=(samples, len(sums[0])))
+    return len(sums[0]), [per_article[drawn].sum(axis=1) for per_article in sums]
+
+
+def _percentiles(values: np.ndarray, confidence: float) -> tuple[float, float]:
+    tail = 100 * (1 - confidence) / 2
+    low, high = np.percentile(values, [tail, 100 - tail])
+    return float(low), float(high)
+
+
 def paired_article_bootstrap(
     scores: Sequence[float],
     baseline: Sequence[float],
@@ -63,25 +85,13 @@ def paired_article_bootstrap(
     `confidence` interval from a bootstrap that resamples whole articles with replacement: questions of one article
     are not independent, so resampling them one by one would give intervals that are too narrow."""
     differences = np.asarray(scores, dtype=float) - np.asarray(baseline, dtype=float)
-    groups = np.asarray(articles)
-    if differences.shape != groups.shape or differences.size == 0:
-        raise ValueError(
-            f"Need one article per question and at least one question: got {differences.size} paired scores and "
-            f"{groups.size} article indices."
-        )
-    _, group = np.unique(groups, return_inverse=True)
-    sums = np.bincount(group, weights=differences)
-    counts = np.bincount(group).astype(float)
-    rng = np.random.default_rng(seed)
-    drawn = rng.integers(0, len(sums), size=(samples, len(sums)))
-    means = sums[drawn].sum(axis=1) / counts[drawn].sum(axis=1)
-    tail = 100 * (1 - confidence) / 2
-    low, high = np.percentile(means, [tail, 100 - tail])
+    count, (totals, questions) = _article_resamples([differences, np.ones_like(differences)], articles, samples, seed)
+    low, high = _percentiles(totals / questions, confidence)
     return {
         "difference": float(differences.mean()),
-        "low": float(low),
-        "high": float(high),
-        "articles": len(sums),
+        "low": low,
+        "high": high,
+        "articles": count,
         "questions": int(differences.size),
     }
 
@@ -97,21 +107,11 @@ def article_bootstrap_ratio(
 ) -> dict:
     """The `confidence` interval of `sum(numerator) / sum(denominator)` over the questions (paired, in the same
     order) from a bootstrap that resamples whole articles, as `paired_article_bootstrap` does for a difference."""
-    top, bottom = np.asarray(numerator, dtype=float), np.asarray(denominator, dtype=float)
-    groups = np.asarray(articles)
-    if not top.shape == bottom.shape == groups.shape or top.size == 0:
-        raise ValueError(
-            f"Need one article per question and at least one question: got {top.size} numerators, {bottom.size} "
-            f"denominators and {groups.size} article indices."
-        )
-    _, group = np.unique(groups, return_inverse=True)
-    tops, bottoms = np.bincount(group, weights=top), np.bincount(group, weights=bottom)
-    drawn = np.random.default_rng(seed).integers(0, len(tops), size=(samples, len(tops)))
+    columns = [np.asarray(numerator, dtype=float), np.asarray(denominator, dtype=float)]
+    count, (tops, bottoms) = _article_resamples(columns, articles, samples, seed)
     with np.errstate(divide="ignore", invalid="ignore"):  # a resample of articles the denominator scores 0 on
-        ratios = tops[drawn].sum(axis=1) / bottoms[drawn].sum(axis=1)
-    tail = 100 * (1 - confidence) / 2
-    low, high = np.percentile(ratios, [tail, 100 - tail])
-    return {"low": float(low), "high": float(high), "articles": len(tops)}
+        low, high = _percentiles(tops / bottoms, confidence)
+    return {"low": low, "high": high, "articles": count}
 
 
 def seed_t_interval(differences: Sequence[float], confidence: float = 0.95) -> dict | None:
