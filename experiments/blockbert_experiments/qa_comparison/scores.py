@@ -220,44 +220,38 @@ def same_seed_pairs(results: Mapping[str, dict], baseline: str) -> list[tuple[st
     ]
 
 
+def _pairs_with(results: Mapping[str, dict], key, is_reference, is_candidate, already) -> list[tuple[str, str]]:
+    """Each candidate cell paired with the reference cell of the same `key`; pairs in `already` left out."""
+    cells = {name: results[name]["cell"] for name in results}
+    references = {key(cell): name for name, cell in cells.items() if is_reference(cell)}
+    pairs = [(name, references.get(key(cell))) for name, cell in cells.items() if is_candidate(cell)]
+    return [pair for pair in pairs if pair[1] is not None and pair not in set(already)]
+
+
 def equal_window_pairs(results: Mapping[str, dict], already: Sequence[tuple[str, str]] = ()) -> list[tuple[str, str]]:
     """Each cell that is not full attention, paired with the full-attention cell of its N, seed and training set
     (same windows, same position rows, no blocks): at N above the baseline's this is the comparison that isolates the
     attention pattern. Pairs in `already` (reported elsewhere) are left out."""
-
-    def window(name: str) -> tuple:
-        cell = results[name]["cell"]
-        return cell["max_seq_length"], cell["seed"], cell["train_set"]
-
-    full = {window(name): name for name in results if results[name]["cell"]["attention_pattern"] == "full"}
-    pairs = [
-        (name, full[window(name)])
-        for name in results
-        if results[name]["cell"]["attention_pattern"] != "full" and window(name) in full
-    ]
-    return [pair for pair in pairs if pair not in set(already)]
+    return _pairs_with(
+        results,
+        lambda cell: (cell["max_seq_length"], cell["seed"], cell["train_set"]),
+        lambda cell: cell["attention_pattern"] == "full",
+        lambda cell: cell["attention_pattern"] != "full",
+        already,
+    )
 
 
 def sliding_window_pairs(results: Mapping[str, dict], already: Sequence[tuple[str, str]] = ()) -> list[tuple[str, str]]:
     """Each cell above N = 512 paired with the full-attention N = 512 cell of its training set and seed: reading N
     tokens at once against sliding windows of 512 over the same documents, trained on the same data (the long-document
     arm's comparison). Pairs in `already` (reported elsewhere) are left out."""
-
-    def data(name: str) -> tuple:
-        cell = results[name]["cell"]
-        return cell["train_set"], cell["seed"]
-
-    windows_512 = {
-        data(name): name
-        for name in results
-        if results[name]["cell"]["attention_pattern"] == "full" and results[name]["cell"]["max_seq_length"] == 512
-    }
-    pairs = [
-        (name, windows_512[data(name)])
-        for name in results
-        if results[name]["cell"]["max_seq_length"] > 512 and data(name) in windows_512
-    ]
-    return [pair for pair in pairs if pair not in set(already)]
+    return _pairs_with(
+        results,
+        lambda cell: (cell["train_set"], cell["seed"]),
+        lambda cell: cell["attention_pattern"] == "full" and cell["max_seq_length"] == 512,
+        lambda cell: cell["max_seq_length"] > 512,
+        already,
+    )
 
 
 def _mean_f1_points(results: Mapping[str, dict], name: str, test_set: str) -> float:
