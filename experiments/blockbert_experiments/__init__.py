@@ -8,7 +8,8 @@
 - `model_cards`: the cards of the models these experiments made, and the recipe cards of the paper's configurations.
 - `visualization`: the attention-mask figures.
 
-The scripts run as `python experiments/SCRIPT.py`, which puts `experiments/` on `sys.path`; the tests find this
+Each script `experiments/SCRIPT.py` starts the command line (`main`) of its module here. The scripts run as
+`python experiments/SCRIPT.py`, which puts `experiments/` on `sys.path`; the tests find this
 package through pytest's `pythonpath` setting. Peak memory, timing and the machine's record come from the benchmark
 harness (`blockbert_benchmarks.measuring`): `experiments/blockbert_benchmarks` is a link to `benchmarks/`'s package,
 so both folders import the same helpers without editing `sys.path`.

@@ -922,7 +922,8 @@ Pre-training hyper-parameters (the paper's unless marked):
 ```python
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-mlm = AutoModelForMaskedLM.from_pretrained("path/to/{c.name}", trust_remote_code=True)  # the final_model folder
+# the final_model folder
+mlm = AutoModelForMaskedLM.from_pretrained("path/to/{c.name}", trust_remote_code=True)
 tokenizer = AutoTokenizer.from_pretrained("path/to/{c.name}", trust_remote_code=True)
 ```
 
