@@ -332,11 +332,9 @@ def _intervals_note() -> str:
     """How the seed-averaged tables' intervals are made, with the t quantiles of two and three seeds."""
     two, three = (stats.t.ppf(0.975, seeds - 1) for seeds in (2, 3))
     return (
-        "Besides the article bootstrap, the decision rule of the long-document comparison "
-        "([its page](../../docs/long_document_decision_rule.md)) takes a t-interval over the per-seed differences "
-        "(seed i against seed i), which sees the variation between fine-tuning seeds, and uses the wider of the two; "
-        "its half-width is the smallest effect it can detect. With two seeds the t-interval has one degree of freedom "
-        f"(t = {two:.2f}) and is wide; a third seed brings t to {three:.2f}."
+        "As the [decision rule](../../docs/long_document_decision_rule.md) fixes it, the wider of the article "
+        "bootstrap and a t-interval over the per-seed differences counts; its half-width is the smallest detectable "
+        f"effect (t = {two:.2f} with two seeds, {three:.2f} with three)."
     )
 
 
@@ -423,23 +421,19 @@ def _difference_sections(config: ComparisonConfig, measured: Measured) -> list[s
     sets, parts = measured.sets, []
     if measured.compared:
         parts.append(
-            f"## Differences to `{measured.baseline}` (F1 points, 95% interval)\n\nPaired bootstrap over the test "
-            f"questions that resamples articles ({config.bootstrap_samples:,} resamples, seed "
-            f"{config.bootstrap_seed}); bold: the interval excludes zero.\n\n"
-            + intervals_table(measured.compared, sets)
+            f"## Differences to `{measured.baseline}` (F1 points, 95% interval)\n\nPaired bootstrap that resamples "
+            f"articles ({config.bootstrap_samples:,} resamples, seed {config.bootstrap_seed}); bold: the interval "
+            "excludes zero.\n\n" + intervals_table(measured.compared, sets)
         )
     if measured.same_seed:
         parts.append(
-            "## Differences to the baseline's configuration at the same seed (F1 points, 95% interval)\n\nThe "
-            "comparison above repeated with another fine-tuning seed (which fixes the QA head's initialisation and "
-            "the data order): each cell against the cell that trains the baseline's configuration with its seed.\n\n"
+            "## Differences to the baseline's configuration at the same seed (F1 points, 95% interval)\n\n"
             + intervals_table(measured.same_seed, sets)
         )
     if measured.same_window:
         parts.append(
-            "## Differences to full attention at the same N (F1 points, 95% interval)\n\nEach cell against the "
-            "full-attention cell with its window length, seed and training set (the same windows and position rows, "
-            "no blocks), where the sections above do not already give that comparison.\n\n"
+            "## Differences to full attention at the same N (F1 points, 95% interval)\n\nAgainst the full-attention "
+            "cell with the same N, seed and training set, where the sections above do not give it.\n\n"
             + intervals_table(measured.same_window, sets)
         )
     return parts
@@ -451,18 +445,14 @@ def _long_arm_sections(measured: Measured) -> list[str]:
     parts = []
     if measured.sliding:
         parts.append(
-            "## The long-document arm: differences to sliding windows of 512 (F1 points, 95% interval)\n\nEach cell "
-            "above N = 512 against full attention at N = 512 trained on the same data with the same seed, which reads "
-            "a long context in overlapping windows of 512 tokens.\n\n"
+            "## The long-document arm: differences to sliding windows of 512 (F1 points, 95% interval)\n\nAgainst "
+            "full attention at N = 512 (overlapping windows of 512 tokens), same data and seed.\n\n"
             + intervals_table(measured.sliding, measured.sets)
         )
     if measured.long_arm:
         parts.append(
-            "## The long-document arm averaged over seeds (F1 points)\n\nEach configuration above N = 512 against "
-            "sliding windows of 512 (full attention at N = 512 trained on the same data), per question averaged over "
-            "the seeds both have, with its paired article-bootstrap interval (95%), the seed-averaged F1 minus each "
-            "seed of the sliding windows, both seed spreads (the largest gap between two seeds' F1 of one side) and "
-            "the verdict as the Verdicts section defines it. "
+            "## The long-document arm averaged over seeds (F1 points)\n\nAs the Verdicts section, against sliding "
+            "windows of 512. "
             + _intervals_note()
             + "\n\n"
             + verdicts_table(measured.long_arm, measured.sets, reference="sliding-window")
@@ -474,13 +464,10 @@ def _whole_article_section(measured: Measured) -> list[str]:
     if not measured.whole_articles:
         return []
     return [
-        "## Whole articles against the questions' own paragraphs\n\nThe questions of `article` (each with its "
-        "whole article as context, read in windows of the cell's N) against the same questions with their own "
-        "paragraph as context (from `paragraph`), under both window scoring rules, which score the same logits: "
-        "`raw` takes the span with the highest start + end logit of all windows, `null_relative` the span that "
-        "most exceeds the null score of its own window (block). Ratio: whole-article F1 over paragraph F1, with the "
-        "95% interval of a bootstrap that resamples articles; difference to raw: F1 points with the paired "
-        "article-bootstrap interval (95%; bold: it excludes zero).\n\n" + whole_article_table(measured.whole_articles)
+        "## Whole articles against the questions' own paragraphs\n\nThe questions of `article` over their whole "
+        "article and over their own paragraph, under both window scoring rules (`raw`: the highest start + end logit "
+        "of all windows; `null_relative`: the span that most exceeds its window's null score). Intervals: article "
+        "bootstrap, 95%.\n\n" + whole_article_table(measured.whole_articles)
     ]
 
 
@@ -490,15 +477,10 @@ def _verdict_sections(measured: Measured) -> list[str]:
     if measured.verdicts:
         parts.append(
             f"## Verdicts: differences to `{measured.baseline}`'s configuration averaged over seeds (F1 points)\n\n"
-            "Per question, the F1 difference to the baseline's configuration at the same seed, averaged over the seeds "
-            "both have, with its paired article-bootstrap interval (95%). The seed spread is the largest gap between "
-            "two seeds' F1 of one configuration. A gap is *resolved* where the bootstrap interval excludes zero and "
-            "the gap exceeds both configurations' seed spread (the known one, for a configuration with one seed); "
-            "otherwise it is *smaller than the interval* (the interval includes zero), *within the seed spread*, or "
-            "has *no seed spread yet* (one seed on both sides). "
-            + _intervals_note()
-            + " The last column says whether the wider interval excludes zero.\n\n"
-            + verdicts_table(measured.verdicts, measured.sets)
+            "Per question, the F1 difference at the same seed, averaged over the seeds both have. Seed spread: the "
+            "largest gap between two seeds' F1 of one configuration. *Resolved*: the bootstrap interval excludes zero "
+            "and the gap exceeds both seed spreads; otherwise *smaller than the interval*, *within the seed spread* or "
+            "*no seed spread yet*. " + _intervals_note() + "\n\n" + verdicts_table(measured.verdicts, measured.sets)
         )
     if measured.seeds:
         parts.append(
@@ -510,16 +492,12 @@ def _verdict_sections(measured: Measured) -> list[str]:
 
 def _cost_sections(measured: Measured) -> list[str]:
     parts = [
-        "## Cost: eval seconds per question and peak memory, train time\n\nAs measured on the machine each cell "
-        "ran on (its processor, and its GPU where it had one). Cells run together (`--jobs`) shared that machine, "
-        "so their times are upper bounds and compare only between cells that ran alone on the same hardware.\n\n"
+        "## Cost: eval seconds per question and peak memory, train time\n\nOn each cell's machine; cells run "
+        "together (`--jobs`) shared it, so their times are upper bounds.\n\n"
         + cost_table(measured.results, measured.sets)
     ]
     if losses := loss_table(measured.results):
-        parts.append(
-            "## Training loss\n\nThe loss run_qa logged (mean of start and end cross-entropy over each logging "
-            "interval):\n\n" + losses
-        )
+        parts.append("## Training loss\n\nAs run_qa logged it (start and end cross-entropy):\n\n" + losses)
     return parts
 
 
@@ -527,15 +505,11 @@ def _commands_section(config: ComparisonConfig, grid: Sequence[Cell], measured: 
     """The commands that build the test sets and run the cells with their recorded recipe, then each cell's steps."""
     steps = "\n".join(f"# {name}\n" + "\n".join(entry["commands"]) for name, entry in measured.results.items())
     return (
-        "## Commands\n\nThe test sets (see [the long-context QA data](../../docs/qa_long_context_data.md)), then the "
-        "driver with the recipe the cells' records give (one `run` for each group of cells whose records agree), "
-        "from the repository root:\n\n```bash\n"
+        "## Commands\n\nThe [test sets](../../docs/qa_long_context_data.md), then one `run` per group of cells whose "
+        "recorded recipes agree, from the repository root:\n\n```bash\n"
         + driver_commands(measured.results, config, grid)
-        + "```\n\nThe steps it ran for each cell, which name the folders outside the repository as the commands "
-        f"above set them: `{MINILM_VARIABLE}` the installed all-MiniLM-L6-v2, `{DATA_DIR_VARIABLE}` the test sets "
-        f"and `{WORK_DIR_VARIABLE}` the work folder (converted models, checkpoints, predictions):\n\n```bash\n"
-        + steps
-        + "\n```\n"
+        + f"```\n\nThe steps of each cell (`{MINILM_VARIABLE}`: the installed all-MiniLM-L6-v2, `{DATA_DIR_VARIABLE}`: "
+        f"the test sets, `{WORK_DIR_VARIABLE}`: the work folder):\n\n```bash\n" + steps + "\n```\n"
     )
 
 
