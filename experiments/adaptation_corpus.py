@@ -5,7 +5,7 @@ Options: `--help`; the code and its documentation: `blockbert_experiments.adapta
 
 import sys
 
-from blockbert_experiments.adaptation_corpus import main
+from blockbert_experiments.adaptation_corpus import build_parser, main  # noqa: F401
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ Options: `--help`; the code and its documentation: `blockbert_experiments.block_
 
 import sys
 
-from blockbert_experiments.block_diagnostic import main
+from blockbert_experiments.block_diagnostic import build_parser, main  # noqa: F401
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported: everything read is local
 
-from blockbert_experiments.demo import main  # noqa: E402
+from blockbert_experiments.demo import build_parser, main  # noqa: E402, F401
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ Options: `--help`; the code and its documentation: `blockbert_experiments.traini
 
 import sys
 
-from blockbert_experiments.training_speed import main
+from blockbert_experiments.training_speed import build_parser, main  # noqa: F401
 
 
 if __name__ == "__main__":

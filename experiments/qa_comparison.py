@@ -5,7 +5,7 @@ Options: `--help`; the code and its documentation: `blockbert_experiments.qa_com
 
 import sys
 
-from blockbert_experiments.qa_comparison.runner import main
+from blockbert_experiments.qa_comparison.runner import build_parser, main  # noqa: F401
 
 
 if __name__ == "__main__":

@@ -245,8 +245,12 @@ def _installed_minilm() -> Path:
     return installed_minilm()
 
 
+def build_parser() -> HfArgumentParser:
+    return HfArgumentParser(CorpusArguments, description=__doc__, formatter_class=HelpFormatter)
+
+
 def main(argv=None) -> int:
-    parser = HfArgumentParser(CorpusArguments, description=__doc__, formatter_class=HelpFormatter)
+    parser = build_parser()
     (args,) = parser.parse_args_into_dataclasses(args=argv)
     try:
         manifest = build_corpus(args)

@@ -150,8 +150,12 @@ class DiagnosticArguments:
     output_file: str | None = field(default=None, metadata={"help": "write the result here as JSON"})
 
 
+def build_parser() -> HfArgumentParser:
+    return HfArgumentParser(DiagnosticArguments, description=__doc__, formatter_class=HelpFormatter)
+
+
 def main(argv=None) -> int:
-    parser = HfArgumentParser(DiagnosticArguments, description=__doc__, formatter_class=HelpFormatter)
+    parser = build_parser()
     (args,) = parser.parse_args_into_dataclasses(args=argv)
     if args.threads:
         torch.set_num_threads(args.threads)

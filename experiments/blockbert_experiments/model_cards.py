@@ -980,8 +980,12 @@ def _output_problem(output_dir: Path, names: list[str]) -> str | None:
     return None
 
 
+def build_parser() -> HfArgumentParser:
+    return HfArgumentParser(CardArguments, description=__doc__, formatter_class=HelpFormatter)
+
+
 def main(argv=None) -> int:
-    parser = HfArgumentParser(CardArguments, description=__doc__, formatter_class=HelpFormatter)
+    parser = build_parser()
     (args,) = parser.parse_args_into_dataclasses(args=argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     if bool(args.recipes) == bool(args.model_dir or args.results_file or args.demo_results or args.name):

@@ -88,8 +88,12 @@ class ThroughputArguments:
     conditions: str = field(default="", metadata={"help": "what else ran on the machine meanwhile (recorded as given)"})
 
 
+def build_parser() -> HfArgumentParser:
+    return HfArgumentParser(ThroughputArguments, description=__doc__, formatter_class=HelpFormatter)
+
+
 def main(argv=None) -> int:
-    parser = HfArgumentParser(ThroughputArguments, description=__doc__, formatter_class=HelpFormatter)
+    parser = build_parser()
     (args,) = parser.parse_args_into_dataclasses(args=argv)
     try:
         result = run_speed(args.run_dir, args.warmup_steps, args.corpus_tokens)

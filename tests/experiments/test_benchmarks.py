@@ -258,40 +258,16 @@ def test_targets_table_says_met_missed_or_not_measured():
             "blockbert-full-sdpa-sparse": {"times_s": [10.0, 10.0, 10.0]},
         },
     }
+
+    def target(what, model, anchor, kind, seq_len=1024, at_most=0.85, **extra):
+        section = dict(seq_len=seq_len)
+        return dict(what=what, section=section, model=model, anchor=anchor, at_most=at_most, kind=kind, **extra)
+
     targets = [
-        dict(
-            what="memory",
-            section=dict(seq_len=1024),
-            model="blockbert-n2-sdpa",
-            anchor="roberta-eager",
-            at_most=0.73,
-            kind="memory",
-            memory_field="peak_bytes",
-        ),
-        dict(
-            what="time",
-            section=dict(seq_len=1024),
-            model="blockbert-n2-sdpa",
-            anchor="roberta-sdpa",
-            at_most=0.85,
-            kind="time",
-        ),
-        dict(
-            what="elsewhere",
-            section=dict(seq_len=4096),
-            model="blockbert-n2-sdpa",
-            anchor="roberta-sdpa",
-            at_most=0.8,
-            kind="time",
-        ),
-        dict(
-            what="other anchor",
-            section=dict(seq_len=1024),
-            model="blockbert-n2-sdpa-sparse",
-            anchor="blockbert-full-sdpa-sparse",
-            at_most=0.85,
-            kind="time",
-        ),
+        target("memory", "blockbert-n2-sdpa", "roberta-eager", "memory", at_most=0.73, memory_field="peak_bytes"),
+        target("time", "blockbert-n2-sdpa", "roberta-sdpa", "time"),
+        target("elsewhere", "blockbert-n2-sdpa", "roberta-sdpa", "time", seq_len=4096, at_most=0.8),
+        target("other anchor", "blockbert-n2-sdpa-sparse", "blockbert-full-sdpa-sparse", "time"),
     ]
     lines = targets_table(targets, [section]).splitlines()[2:]
     assert lines[0].endswith("| 0.700 | yes |")
