@@ -41,7 +41,7 @@ format: install
 test-all: install
 	$(BIN)/python -m pytest -q -m "slow or not slow"
 
-# Runs both suites on an otherwise idle machine and records their counts and wall times, which docs/results.md states.
+# Runs both suites on an otherwise idle machine and records their counts and wall times in results/test_durations.json.
 test-durations: install
 	BLOCKBERT_TEST_DURATIONS=results/test_durations.json:test $(BIN)/python -m pytest -q
 	BLOCKBERT_TEST_DURATIONS=results/test_durations.json:test-all $(BIN)/python -m pytest -q -m "slow or not slow"

@@ -17,7 +17,7 @@ from blockbert_benchmarks.measuring.timing import interleaved_medians
 from blockbert_benchmarks.models import bert_base_config
 from blockbert_benchmarks.reporting import print_and_write
 from blockbert_hf import BlockBertModel
-from blockbert_hf.modeling_blockbert import build_attention_layout, kernel_attention_on_blocks
+from blockbert_hf.model.modeling_blockbert import build_attention_layout, kernel_attention_on_blocks
 
 
 def model_forward(batch_size: int, seq_len: int, repeats: int, layers: int) -> dict:

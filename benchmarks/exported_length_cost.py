@@ -5,8 +5,8 @@ Runtime in fp32 and int8, per length and batch size, with ONNX Runtime's profile
     python benchmarks/exported_length_cost.py --quick  # tiny sizes, checks the script runs
 
 The model is a question-answering model with random weights (costs do not depend on them), exported with
-`blockbert_hf.export.export_onnx_folder(..., quantize=True)`, which verifies the ONNX file against the eager model on
-real text before writing it. Every (batch, length) cell times eager `--repeats` times, then the fp32 and int8 files
+`blockbert_hf.onnx.export.export_onnx_folder(..., quantize=True)`, which verifies the ONNX file against the eager model
+on real text before writing it. Every (batch, length) cell times eager `--repeats` times, then the fp32 and int8 files
 taking turns `--repeats` times (medians), on unpadded random ids; the fp32 file's largest difference from eager there
 is recorded.
 """
@@ -25,7 +25,7 @@ from blockbert_benchmarks.measuring.machine import machine_description, recorded
 from blockbert_benchmarks.measuring.timing import interleaved_medians
 from blockbert_benchmarks.reporting import measuring_arguments, print_and_write
 from blockbert_hf import BlockBertConfig, BlockBertForQuestionAnswering
-from blockbert_hf.export import INT8_ONNX_FILE, ONNX_FILE, OnnxBlockBert, export_onnx_folder
+from blockbert_hf.onnx.export import INT8_ONNX_FILE, ONNX_FILE, OnnxBlockBert, export_onnx_folder
 
 
 EAGER, FP32, INT8 = "eager (sdpa)", "ONNX Runtime fp32", "ONNX Runtime int8"

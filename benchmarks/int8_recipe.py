@@ -1,6 +1,6 @@
 """How each way of quantizing a fine-tuned question-answering model to int8 changes its answers: EM/F1 and answers equal
-to the fp32 model's, over paragraphs and over whole articles, for the variants `blockbert_hf.export.quantize_int8` was
-chosen from (`blockbert_hf.onnx_quantization`).
+to the fp32 model's, over paragraphs and over whole articles, for the variants `blockbert_hf.onnx.export.quantize_int8`
+was chosen from (`blockbert_hf.onnx.quantization`).
 
     python benchmarks/int8_recipe.py --model_folder outputs/demo/qa/model --onnx_folder outputs/demo/qa/model-onnx \\
         --squad_file data/samples/squad_v1.1_dev_sample.json --title Jacksonville,_Florida \\
@@ -38,19 +38,16 @@ from blockbert_benchmarks.qa_pipeline import (
     squad_scores,
 )
 from blockbert_benchmarks.reporting import print_and_write
-from blockbert_hf.export import (
+from blockbert_hf.model.pipeline_question_answering import ExtractiveQuestionAnsweringPipeline, model_window_layout
+from blockbert_hf.model.question_answering_windows import tokenize_windows
+from blockbert_hf.onnx.export import (
     ONNX_FILE,
     OnnxBlockBert,
     OnnxBlockBertForQuestionAnswering,
     export_onnx_folder,
     quantize_int8,
 )
-from blockbert_hf.onnx_quantization import DEFAULT_ORT_RECIPE, Int8Recipe, cpu_has_vnni
-from blockbert_hf.pipeline_question_answering import (
-    ExtractiveQuestionAnsweringPipeline,
-    model_window_layout,
-    tokenize_windows,
-)
+from blockbert_hf.onnx.quantization import DEFAULT_ORT_RECIPE, Int8Recipe, cpu_has_vnni
 
 
 CHOSEN = Int8Recipe()

@@ -34,9 +34,9 @@ from blockbert_benchmarks.measuring.memory import track_peak_memory
 from blockbert_benchmarks.reporting import markdown_table, print_and_write
 from blockbert_hf import BlockBertForQuestionAnswering
 from blockbert_hf.conversion.source import blockbert_config_from_source
-from blockbert_hf.pipeline_question_answering import ExtractiveQuestionAnsweringPipeline
-from blockbert_hf.qa import read_squad_json
+from blockbert_hf.model.pipeline_question_answering import ExtractiveQuestionAnsweringPipeline
 from blockbert_hf.tokenization import match_tokenizer_to_config
+from blockbert_hf.train.qa import read_squad_json
 
 
 SETS = ("sweep_512", "sweep_1024", "sweep_2048", "sweep_4096", "sweep_8192", "article")

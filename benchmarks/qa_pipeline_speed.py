@@ -10,7 +10,7 @@ Every question of the chosen articles is answered twice, over its own paragraph 
 (paragraphs joined by blank lines, read in windows of the model's N), with the pipeline's window layout and answer
 ranking from the model's config and `--batch_size` windows per forward. The ONNX folder is exported from the model
 first (`examples/export_onnx.py --quantize`, verified against the eager model) unless `--onnx_folder` holds one made
-with today's int8 recipe (`blockbert_hf.onnx_quantization.Int8Recipe`, as recorded in its `quantization.json`); a
+with today's int8 recipe (`blockbert_hf.onnx.quantization.Int8Recipe`, as recorded in its `quantization.json`); a
 folder quantized otherwise is refused; the per-token int8 model is quantized from it into a scratch folder. The
 PyTorch runs take turns question by question, each question starting with the other run, so that drifts in machine
 speed and the cost of running first hit them alike; then the three ONNX Runtime runs do the same (a PyTorch call
@@ -45,9 +45,9 @@ from blockbert_benchmarks.qa_pipeline import (  # noqa: F401 (read_questions: th
 )
 from blockbert_benchmarks.reporting import print_and_write
 from blockbert_hf import BlockBertForQuestionAnswering
-from blockbert_hf.export import INT8_ONNX_FILE, ONNX_FILE, QUANTIZATION_REPORT, export_onnx_folder, quantize_int8
-from blockbert_hf.onnx_quantization import Int8Recipe, cpu_flags, cpu_has_vnni
-from blockbert_hf.pipeline_question_answering import ExtractiveQuestionAnsweringPipeline
+from blockbert_hf.model.pipeline_question_answering import ExtractiveQuestionAnsweringPipeline
+from blockbert_hf.onnx.export import INT8_ONNX_FILE, ONNX_FILE, QUANTIZATION_REPORT, export_onnx_folder, quantize_int8
+from blockbert_hf.onnx.quantization import Int8Recipe, cpu_flags, cpu_has_vnni
 
 
 RUNS = (

@@ -53,8 +53,8 @@ from blockbert_hf.conversion import (
     save_converted,
     verify_conversion,
 )
-from blockbert_hf.model_card import is_hub_id
 from blockbert_hf.saving import OutputOverwritesInputError
+from blockbert_hf.train.model_card import is_hub_id
 
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

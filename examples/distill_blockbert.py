@@ -20,7 +20,7 @@ normalised MSE and the cosine distance, at step 0 and every --eval_steps), check
 distilled_model/ (the student, its tokenizer and a model card with its lineage and held-out results), results.json.
 A run resumes exactly (--resume); an output folder of another run is refused before any work.
 Exit status: 0 done; 1 the loss turned NaN/inf; 2 a bad option, input or output folder, said in one line `error: ...`,
-before any work. All logic is in `blockbert_hf.distillation`.
+before any work. All logic is in `blockbert_hf.train.distillation`.
 """
 
 import json
@@ -30,8 +30,8 @@ import sys
 from transformers import HfArgumentParser
 
 from blockbert_hf.command_line import error_line, read_negative_values
-from blockbert_hf.distillation import DistillationArguments, run_distillation
-from blockbert_hf.training import HelpFormatter, NonFiniteLossError
+from blockbert_hf.train.distillation import DistillationArguments, run_distillation
+from blockbert_hf.train.runs import HelpFormatter, NonFiniteLossError
 
 
 def build_parser() -> HfArgumentParser:

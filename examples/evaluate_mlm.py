@@ -17,8 +17,8 @@ from dataclasses import asdict
 from transformers import HfArgumentParser
 
 from blockbert_hf.command_line import read_negative_values
-from blockbert_hf.pretraining import MLMEvaluationArguments, UnreliableScoreError, evaluate_saved_model
-from blockbert_hf.training import HelpFormatter
+from blockbert_hf.train.pretraining import MLMEvaluationArguments, UnreliableScoreError, evaluate_saved_model
+from blockbert_hf.train.runs import HelpFormatter
 
 
 def build_parser() -> HfArgumentParser:

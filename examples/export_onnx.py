@@ -9,9 +9,9 @@ around the block boundaries and at N; prints the max difference per length as JS
 nothing when it does not match, or when the folder has no tokenizer files or holds a multiple-choice model (not
 exportable); exits with status 2 on a bad option (a --text_file that is missing or not UTF-8 among them). Needs the
 `export` extra (onnx, onnxscript, onnxruntime). Run the file with
-`blockbert_hf.export.OnnxBlockBert(OUT)(**tokenizer(question, context, return_tensors="np"))`, which checks its inputs
-first, or a question-answering model in the pipeline with
-`blockbert_hf.export.OnnxBlockBertForQuestionAnswering.from_pretrained(OUT)` (optimum's arguments: `file_name`,
+`blockbert_hf.onnx.OnnxBlockBert(OUT)(**tokenizer(question, context, return_tensors="np"))`, which checks its
+inputs first, or a question-answering model in the pipeline with
+`blockbert_hf.onnx.OnnxBlockBertForQuestionAnswering.from_pretrained(OUT)` (optimum's arguments: `file_name`,
 `provider`, `session_options`; `save_pretrained`). `--quantize` also writes `OUT/model_int8.onnx` (int8 weight
 products with activations quantized at run time per token and block of 128 channels, `--int8_activations`;
 attention's other products, the embeddings and the task head stay in fp32; `docs/export.md`) and
@@ -26,9 +26,9 @@ import sys
 from transformers import HfArgumentParser
 
 from blockbert_hf.command_line import read_negative_values
-from blockbert_hf.export import OnnxExportArguments, export_onnx_command
+from blockbert_hf.onnx.export import OnnxExportArguments, export_onnx_command
 from blockbert_hf.saving import OutputOverwritesInputError, check_output_keeps_inputs, open_text
-from blockbert_hf.training import HelpFormatter
+from blockbert_hf.train.runs import HelpFormatter
 
 
 def build_parser() -> HfArgumentParser:

@@ -30,7 +30,7 @@ Exit status: 0 done; 1 the loss turned NaN/inf (the run stops, its last checkpoi
 output folder, said in one line `error: ...` that names it, before any work (before training where only the data
 shows it). A run refused or failed before it trained does not block its retry in the same folder.
 Two CPU processes: `ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes 2 examples/run_mlm.py ...`.
-All logic is in `blockbert_hf.pretraining`.
+All logic is in `blockbert_hf.train.pretraining`.
 """
 
 import json
@@ -40,8 +40,8 @@ import sys
 from transformers import HfArgumentParser
 
 from blockbert_hf.command_line import error_line, read_negative_values
-from blockbert_hf.pretraining import PretrainingArguments, run_pretraining
-from blockbert_hf.training import HelpFormatter, NonFiniteLossError
+from blockbert_hf.train.pretraining import PretrainingArguments, run_pretraining
+from blockbert_hf.train.runs import HelpFormatter, NonFiniteLossError
 
 
 def build_parser() -> HfArgumentParser:

@@ -15,13 +15,12 @@ a SQuAD-format .json/.json.gz or an MRQA .jsonl/.jsonl.gz. --dataset_subset of e
 
 Defaults: windows of the model's N tokens (--max_seq_length), --doc_stride 128, 4 epochs (the paper's), linear
 schedule with 10 percent warmup, batch 32, learning rate 3e-5 from the grid 1e-5, 2e-5, 3e-5, 5e-5 (pick it on the
-dev set; the usual settings for BERT/RoBERTa-base: small models want more, all-MiniLM-L6-v2 scored best at 2e-4 with
-batch 16, see results/qa_recipe). A model with block-relative positions whose windows span several blocks gets
---window_layout question_prefixed_blocks by default (measured far better there: dev F1 51.2 against 11.0).
-Batches are padded per batch on the right; --group_by_length batches training windows of similar lengths
-(on SQuAD about 2.5x less padding). Mixed precision: `accelerate launch --mixed_precision bf16` (or
---mixed_precision here). --gradient_checkpointing trades compute for memory; --report_to tensorboard logs the
-training loss to TensorBoard too; --push_to_hub (--hub_model_id) uploads OUTPUT_DIR/model to the Hub at the end.
+dev set; the usual settings for BERT/RoBERTa-base). A model with block-relative positions whose windows span several
+blocks gets --window_layout question_prefixed_blocks by default. Batches are padded per batch on the right;
+--group_by_length batches training windows of similar lengths (less padding). Mixed precision: `accelerate launch
+--mixed_precision bf16` (or --mixed_precision here). --gradient_checkpointing trades compute for memory; --report_to
+tensorboard logs the training loss to TensorBoard too; --push_to_hub (--hub_model_id) uploads OUTPUT_DIR/model to the
+Hub at the end.
 
 Writes OUTPUT_DIR/model (the fine-tuned model, with the QA pipeline for trust_remote_code, and its Hub model card
 README.md: the run's EM/F1, training loss and hyperparameters; --license sets its license),
@@ -36,7 +35,7 @@ input or output folder, said in one line `error: ...` that names it, before any 
 where only the data shows it). A run refused or failed before it trained does not block its retry in the same folder.
 
 To split the SQuAD v1.1 dev set into two halves of disjoint articles:
-    python -m blockbert_hf.qa split-articles path/to/dev-v1.1.json.gz outputs/squad-v1.1-dev-halves
+    python -m blockbert_hf.train.qa split-articles path/to/dev-v1.1.json.gz outputs/squad-v1.1-dev-halves
 """
 
 import json
@@ -46,8 +45,8 @@ import sys
 from transformers import HfArgumentParser
 
 from blockbert_hf.command_line import error_line, read_negative_values, rename_options
-from blockbert_hf.qa import QARunConfig, run_qa
-from blockbert_hf.training import HelpFormatter, NonFiniteLossError
+from blockbert_hf.train.qa import QARunConfig, run_qa
+from blockbert_hf.train.runs import HelpFormatter, NonFiniteLossError
 
 
 # The names of earlier versions -> today's.

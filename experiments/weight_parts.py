@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from transformers import HfArgumentParser
 
 from blockbert_experiments.weight_parts import DEFAULT_PART_BYTES, export_parts, restore_parts
-from blockbert_hf.training import HelpFormatter
+from blockbert_hf.train.runs import HelpFormatter
 
 
 @dataclass

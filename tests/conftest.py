@@ -26,6 +26,17 @@ from blockbert_hf.tokenization import (  # noqa: E402
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_TEXT = REPO_ROOT / "data" / "samples" / "wikitext2_test_sample.txt"
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+# The code a saved folder carries (docs/publishing.md): the model's file and what it imports relatively (attention,
+# config, the QA pipeline and its windows).
+CARRIED_CODE_FILES = frozenset(
+    {
+        "attention_blockbert.py",
+        "configuration_blockbert.py",
+        "modeling_blockbert.py",
+        "pipeline_question_answering.py",
+        "question_answering_windows.py",
+    }
+)
 
 
 def load_script(path):

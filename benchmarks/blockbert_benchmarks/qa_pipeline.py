@@ -8,9 +8,9 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
-from blockbert_hf.export import OnnxBlockBertForQuestionAnswering
-from blockbert_hf.pipeline_question_answering import ExtractiveQuestionAnsweringPipeline
-from blockbert_hf.qa import load_squad_metric, read_squad_json
+from blockbert_hf.model.pipeline_question_answering import ExtractiveQuestionAnsweringPipeline
+from blockbert_hf.onnx.export import OnnxBlockBertForQuestionAnswering
+from blockbert_hf.train.qa import load_squad_metric, read_squad_json
 
 
 MAX_ANSWER_TOKENS = 30  # run_qa's default

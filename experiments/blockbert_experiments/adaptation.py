@@ -40,9 +40,9 @@ from pathlib import Path
 from transformers import HfArgumentParser
 
 from blockbert_benchmarks.measuring.machine import machine_description, recorded_command
-from blockbert_hf.pretraining import FINAL_MODEL_DIR, RESULTS_FILE, list_checkpoints
 from blockbert_hf.saving import write_file_atomically, write_json_atomically
-from blockbert_hf.training import (
+from blockbert_hf.train.pretraining import FINAL_MODEL_DIR, RESULTS_FILE, list_checkpoints
+from blockbert_hf.train.runs import (
     METRICS_FILE,
     RUN_ARGS_FILE,
     HelpFormatter,

@@ -29,10 +29,10 @@ from pathlib import Path
 from transformers import AutoTokenizer, HfArgumentParser, PreTrainedTokenizerBase
 
 from blockbert_benchmarks.measuring.machine import recorded_path
-from blockbert_hf.pretraining import read_documents, split_documents
-from blockbert_hf.pretraining.data import special_token_template
 from blockbert_hf.saving import atomic_directory, sha256_of_file, write_json_atomically
-from blockbert_hf.training import HelpFormatter
+from blockbert_hf.train.pretraining import read_documents, split_documents
+from blockbert_hf.train.pretraining.data import special_token_template
+from blockbert_hf.train.runs import HelpFormatter
 
 from .long_context import DEFAULT_DEV_TITLES, hold_out_dev_articles, read_article_halves
 

@@ -26,9 +26,9 @@ from typing import Literal
 import torch
 from transformers import AutoModelForMaskedLM, AutoTokenizer, HfArgumentParser
 
-from blockbert_hf.pretraining import VALIDATION_SEED, MaskingCollator, read_documents, tokenize_and_pack
 from blockbert_hf.saving import write_json_atomically
-from blockbert_hf.training import HelpFormatter
+from blockbert_hf.train.pretraining import VALIDATION_SEED, MaskingCollator, read_documents, tokenize_and_pack
+from blockbert_hf.train.runs import HelpFormatter
 
 
 def diagnostic_block_size(config, block_size: int | None = None) -> int:

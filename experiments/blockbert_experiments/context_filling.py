@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from transformers import PreTrainedTokenizerBase
 
-from blockbert_hf.qa.data import read_squad_json
 from blockbert_hf.saving import open_text
+from blockbert_hf.train.qa.data import read_squad_json
 
 
 SEPARATOR = "\n"  # between joined paragraphs; the answer offsets account for it

@@ -50,19 +50,19 @@ from blockbert_benchmarks.measuring.machine import machine_description, recorded
 from blockbert_benchmarks.measuring.memory import track_peak_memory
 from blockbert_benchmarks.measuring.timing import interleaved_medians
 from blockbert_hf import BlockBertConfig
-from blockbert_hf.configuration_blockbert import parse_heads_per_shift
 from blockbert_hf.conversion import REPORT_FILE, with_blockwise_fields
 from blockbert_hf.conversion.weights import extend_position_embeddings
-from blockbert_hf.modeling_blockbert import BlockBertForQuestionAnswering
-from blockbert_hf.pipeline_question_answering import check_window_layout
-from blockbert_hf.qa import load_squad_metric, read_squad_json
+from blockbert_hf.model.configuration_blockbert import parse_heads_per_shift
+from blockbert_hf.model.modeling_blockbert import BlockBertForQuestionAnswering
+from blockbert_hf.model.question_answering_windows import check_window_layout
 from blockbert_hf.saving import (
     check_output_keeps_inputs,
     sha256_of_file,
     write_file_atomically,
     write_json_atomically,
 )
-from blockbert_hf.training import METRICS_FILE, RUN_ARGS_FILE, HelpFormatter, cpu_has_native_bf16, read_metrics
+from blockbert_hf.train.qa import load_squad_metric, read_squad_json
+from blockbert_hf.train.runs import METRICS_FILE, RUN_ARGS_FILE, HelpFormatter, cpu_has_native_bf16, read_metrics
 
 from .context_filling import make_example, read_articles
 from .minilm import MINILM_VARIABLE, installed_minilm

@@ -45,7 +45,6 @@ import numpy as np
 from transformers import AutoTokenizer, HfArgumentParser, PreTrainedTokenizerBase
 
 from blockbert_benchmarks.measuring.machine import recorded_path
-from blockbert_hf.qa.data import split_squad_articles
 from blockbert_hf.saving import (
     OutputOverwritesInputError,
     atomic_directory,
@@ -54,7 +53,8 @@ from blockbert_hf.saving import (
     write_file_atomically,
     write_json_atomically,
 )
-from blockbert_hf.training import HelpFormatter
+from blockbert_hf.train.qa.data import split_squad_articles
+from blockbert_hf.train.runs import HelpFormatter
 
 from .context_filling import (
     SEPARATOR,

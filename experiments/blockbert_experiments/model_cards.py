@@ -20,7 +20,8 @@ the nearest configuration without continued pre-training:
 Each card goes to OUTPUT_DIR/<name>/README.md (written atomically; a card there is regenerated). Every number in a
 measured card is read from the results file, whose path the card records (`results_file` in its metadata) relative to
 the repository (a file elsewhere: relative to the current folder, else by its name alone). The YAML, the assembly and
-the writer (which parses a card back as the Hub does before it saves it) are the library's `blockbert_hf.model_card`.
+the writer (which parses a card back as the Hub does before it saves it) are the library's
+`blockbert_hf.train.model_card`.
 """
 
 import json
@@ -37,11 +38,11 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from transformers import HfArgumentParser
 
 from blockbert_benchmarks.measuring.machine import hardware_text, recorded_path
-from blockbert_hf.configuration_blockbert import BlockBertConfig, parse_heads_per_shift
 from blockbert_hf.conversion import REPORT_FILE
-from blockbert_hf.model_card import CITATION, assemble_card, markdown_table, write_model_card
+from blockbert_hf.model.configuration_blockbert import BlockBertConfig, parse_heads_per_shift
 from blockbert_hf.saving import OutputOverwritesInputError, check_output_keeps_inputs
-from blockbert_hf.training import HelpFormatter
+from blockbert_hf.train.model_card import CITATION, assemble_card, markdown_table, write_model_card
+from blockbert_hf.train.runs import HelpFormatter
 
 from .minilm import MINILM_DEFINITION, MINILM_HUB_ID, MINILM_LICENSE, MINILM_SHA256, MINILM_VARIABLE
 from .qa_comparison.layout import DATA_DIR_VARIABLE, WORK_DIR_VARIABLE

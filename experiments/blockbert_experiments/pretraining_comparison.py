@@ -33,15 +33,15 @@ from pathlib import Path
 
 from transformers import HfArgumentParser
 
-from blockbert_hf.pretraining import (
+from blockbert_hf.saving import write_file_atomically, write_json_atomically
+from blockbert_hf.train.pretraining import (
     RESULTS_FILE,
     PretrainingArguments,
     list_checkpoints,
     prepare_tokenizer,
     read_documents,
 )
-from blockbert_hf.saving import write_file_atomically, write_json_atomically
-from blockbert_hf.training import HelpFormatter, OutputLayout, check_output_dir, claim_output_dir, run_arguments
+from blockbert_hf.train.runs import HelpFormatter, OutputLayout, check_output_dir, claim_output_dir, run_arguments
 
 
 RUNS = {

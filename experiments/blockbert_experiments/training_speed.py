@@ -19,7 +19,7 @@ from pathlib import Path
 from transformers import HfArgumentParser
 
 from blockbert_benchmarks.measuring.machine import machine_description, recorded_path
-from blockbert_hf.training import HelpFormatter
+from blockbert_hf.train.runs import HelpFormatter
 
 
 # The settings that decide a step's cost, copied from the run's record.

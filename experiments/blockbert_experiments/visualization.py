@@ -19,10 +19,10 @@ from pathlib import Path
 import torch
 from transformers import HfArgumentParser
 
-from blockbert_hf.configuration_blockbert import BlockBertConfig, parse_heads_per_shift
-from blockbert_hf.modeling_blockbert import BlockBertModel, blockwise_attentions_to_dense
+from blockbert_hf.model.configuration_blockbert import BlockBertConfig, parse_heads_per_shift
+from blockbert_hf.model.modeling_blockbert import BlockBertModel, blockwise_attentions_to_dense
 from blockbert_hf.saving import write_file_atomically
-from blockbert_hf.training import HelpFormatter
+from blockbert_hf.train.runs import HelpFormatter
 
 
 ATTENDED_COLOR = "#1f4e9c"

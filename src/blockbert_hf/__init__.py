@@ -8,9 +8,15 @@ Importing the package registers BlockBERT with the AutoClasses (`AutoConfig`, `A
 import transformers
 from transformers import AutoConfig, AutoTokenizer
 
-from . import modeling_blockbert
-from .configuration_blockbert import BlockBertConfig, default_heads_per_shift, parse_heads_per_shift
-from .modeling_blockbert import (
+# The model's modules stay importable as before the package had folders: `from blockbert_hf import modeling_blockbert`.
+from .model import (  # noqa: F401
+    attention_blockbert,
+    configuration_blockbert,
+    modeling_blockbert,
+    pipeline_question_answering,
+)
+from .model.configuration_blockbert import BlockBertConfig, default_heads_per_shift, parse_heads_per_shift
+from .model.modeling_blockbert import (
     BlockBertForMaskedLM,
     BlockBertForMultipleChoice,
     BlockBertForQuestionAnswering,
@@ -23,12 +29,15 @@ from .modeling_blockbert import (
     partner_block,
     sparse_fixed_pattern,
 )
-from .pipeline_question_answering import ExtractiveQuestionAnsweringPipeline
+from .model.pipeline_question_answering import ExtractiveQuestionAnsweringPipeline
+from .saving import add_save_guarantees
 from .tokenization import BlockBertTokenizer
 
 
 __version__ = "0.2.0"
 
+# Atomic saves, checked loads and complete uploads: the installed package's, not in the code a saved folder carries.
+add_save_guarantees(BlockBertPreTrainedModel)
 AutoConfig.register(BlockBertConfig.model_type, BlockBertConfig, exist_ok=True)
 for _auto_class, _target in modeling_blockbert.AUTO_MAP.items():
     if _auto_class != "AutoConfig":

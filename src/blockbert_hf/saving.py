@@ -10,20 +10,18 @@ Staging and backup names carry their writer (`.NAME.tmp-PID@HOST-XXXX`, `.NAME.o
 first removes those of its own target whose writer is gone, and `remove_stale_staging` those of a whole folder.
 `check_output_keeps_inputs` refuses, before any work, an output that would replace the inputs it is made from.
 
-What a saved model folder carries to load with `trust_remote_code=True` is named here too (`AUTO_MAP`,
-`add_remote_code_fields`), and how the model publishes a complete folder to the Hub (`HubUpload`, used by
-`save_pretrained(push_to_hub=True)`, and `push_model_to_hub`, the model's `push_to_hub`): weights, config, code, QA
-pipeline, tokenizer and model card. The model's code imports this file, so saved model folders carry it. It imports
-only the standard library and `huggingface_hub` (a dependency of transformers), and transformers by name where needed:
-transformers' remote-code loader refuses a carried file that imports a package which is not installed.
+The BlockBERT classes get their saving guarantees here, when `blockbert_hf` is imported (`add_save_guarantees`):
+`save_pretrained` writes through `atomic_directory`, `from_pretrained` refuses a folder a killed save left incomplete,
+and publishing uploads one complete folder (`HubUpload`, used by `save_pretrained(push_to_hub=True)`, and
+`push_model_to_hub`, the model's `push_to_hub`): weights, config, code, QA pipeline, tokenizer and model card. None of
+this is in the code a saved folder carries, which is the model alone (docs/publishing.md).
 """
 
-import copy
 import errno
+import functools
 import glob
 import gzip
 import hashlib
-import importlib
 import inspect
 import json
 import logging
@@ -37,7 +35,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from huggingface_hub import HfApi, ModelCard, try_to_load_from_cache
+from huggingface_hub import HfApi, ModelCard
+from transformers import AutoTokenizer
+from transformers.utils.hub import create_and_tag_model_card
 
 
 logger = logging.getLogger(__name__)
@@ -271,9 +271,8 @@ def atomic_directory(
     is_main = accelerator is None or accelerator.is_main_process
     staging, inside = _create_staging(target, inside_allowed=update) if is_main else (None, False)
     if accelerator is not None and accelerator.num_processes > 1:
-        # Imported by name, not by an import statement: transformers' remote-code loader requires every package a
-        # carried file names in one, and accelerate is optional.
-        broadcast_object_list = importlib.import_module("accelerate.utils").broadcast_object_list
+        from accelerate.utils import broadcast_object_list  # here: accelerate is optional (the train extra)
+
         shared = [str(staging) if staging is not None else None]
         broadcast_object_list(shared)
         staging = Path(shared[0])
@@ -365,19 +364,8 @@ def sha256_of_file(path: str | os.PathLike) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# What a saved model folder carries to load with `trust_remote_code=True`
+# The model's save, load and publishing guarantees where the package is installed
 # ---------------------------------------------------------------------------------------------------------------------
-
-# Every class a saved folder can be loaded as with `trust_remote_code=True` (written to `config.auto_map`).
-AUTO_MAP = {
-    "AutoConfig": "configuration_blockbert.BlockBertConfig",
-    "AutoModel": "modeling_blockbert.BlockBertModel",
-    "AutoModelForMaskedLM": "modeling_blockbert.BlockBertForMaskedLM",
-    "AutoModelForQuestionAnswering": "modeling_blockbert.BlockBertForQuestionAnswering",
-    "AutoModelForSequenceClassification": "modeling_blockbert.BlockBertForSequenceClassification",
-    "AutoModelForTokenClassification": "modeling_blockbert.BlockBertForTokenClassification",
-    "AutoModelForMultipleChoice": "modeling_blockbert.BlockBertForMultipleChoice",
-}
 
 
 def is_weight_file(name: str, variant: str | None = None) -> bool:
@@ -413,58 +401,6 @@ def check_save_is_complete(folder: str | os.PathLike) -> None:
                 f"{folder} is missing: a save into it was interrupted between swapping folders; its previous version "
                 f"is {backups[0]} (the next save to {folder} puts it back first, or rename it yourself)."
             )
-
-
-# transformers 5 has no built-in "question-answering" pipeline: every saved folder carries ours (a code file beside
-# the model's, found by `pipeline("question-answering", model=folder, trust_remote_code=True)`).
-QA_PIPELINE_FILE = "pipeline_question_answering.py"
-CUSTOM_PIPELINES = {
-    "question-answering": {
-        "impl": "pipeline_question_answering.ExtractiveQuestionAnsweringPipeline",
-        "pt": ["AutoModelForQuestionAnswering"],
-        "type": "text",
-    }
-}
-
-
-def find_qa_pipeline_file(config) -> str | None:
-    """Where the QA pipeline's source is: beside this file (the installed package), else in the folder or Hub repo
-    the model was loaded from (trust_remote_code copies only the modeling files into its module cache)."""
-    beside = os.path.join(os.path.dirname(os.path.abspath(__file__)), QA_PIPELINE_FILE)
-    if os.path.isfile(beside):
-        return beside
-    source = getattr(config, "_name_or_path", None) or getattr(config, "name_or_path", None)
-    if not source:
-        return None
-    if os.path.isdir(source):
-        candidate = os.path.join(source, QA_PIPELINE_FILE)
-        return candidate if os.path.isfile(candidate) else None
-    try:
-        cached = try_to_load_from_cache(source, QA_PIPELINE_FILE)
-    except Exception:  # not a Hub repo id: nothing cached
-        return None
-    return cached if isinstance(cached, str) and os.path.isfile(cached) else None
-
-
-def add_remote_code_fields(config) -> str | None:
-    """Writes into a model's `config` what its saved folder needs to load with `trust_remote_code=True`: `auto_map`
-    naming every BlockBERT head, and `custom_pipelines` naming the QA pipeline where its file is found. Returns that
-    file, to be copied beside the weights, or None (a pipeline entry of an earlier save is then dropped, with a
-    warning: the folder would not carry its code)."""
-    config.auto_map = {**(getattr(config, "auto_map", None) or {}), **AUTO_MAP}
-    custom_pipelines = dict(getattr(config, "custom_pipelines", None) or {})
-    pipeline_file = find_qa_pipeline_file(config)
-    if pipeline_file is not None:
-        # A copy: transformers' pipeline() turns the "pt" names of a config's entry into classes in place.
-        custom_pipelines.update(copy.deepcopy(CUSTOM_PIPELINES))
-    elif custom_pipelines.pop("question-answering", None) is not None:
-        logger.warning(
-            f"{QA_PIPELINE_FILE} was not found beside the model code nor in {config._name_or_path!r}: the saved "
-            "folder will not carry the question-answering pipeline."
-        )
-    if custom_pipelines or getattr(config, "custom_pipelines", None):
-        config.custom_pipelines = custom_pipelines
-    return pipeline_file
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -522,9 +458,7 @@ class HubUpload:
             card = ModelCard.load(own)
             card.data.tags = list(dict.fromkeys([*(card.data.tags or []), *tags]))
         else:
-            # By name: transformers is not a package this carried file may import (see the module's docstring).
-            hub_utils = importlib.import_module("transformers.utils.hub")
-            card = hub_utils.create_and_tag_model_card(self.repo_id, tags, token=self.token)
+            card = create_and_tag_model_card(self.repo_id, tags, token=self.token)
         card.save(card_file)
 
     def upload(self, folder: str | os.PathLike):
@@ -543,8 +477,7 @@ def save_source_tokenizer(model, folder: str | os.PathLike, repo_id: str) -> boo
     not own its tokenizer; this is the one it was saved with). Otherwise warns how to publish one and returns False."""
     source = getattr(model.config, "_name_or_path", None) or ""
     if os.path.isfile(os.path.join(source, TOKENIZER_CONFIG_FILE)):
-        auto_tokenizer = importlib.import_module("transformers").AutoTokenizer  # by name, as in `write_card`
-        auto_tokenizer.from_pretrained(source).save_pretrained(folder)
+        AutoTokenizer.from_pretrained(source).save_pretrained(folder)
         return True
     if os.path.isdir(source):
         reason = f"{source}, the folder the model was loaded from, holds none"
@@ -586,3 +519,86 @@ def push_model_to_hub(
         save_source_tokenizer(model, folder, upload.repo_id)
         upload.write_card(folder, existing=source if os.path.isdir(source) else folder, tags=tags)
         return upload.upload(folder)
+
+
+def _save_pretrained_atomically(plain_save: Callable) -> Callable:
+    """`plain_save` (the class's own `save_pretrained`) writing through `atomic_directory`, with `push_to_hub=True`
+    uploading the complete folder."""
+
+    @functools.wraps(plain_save)
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        if not kwargs.get("is_main_process", True):
+            return plain_save(self, save_directory, *args, **kwargs)
+        target = os.path.abspath(save_directory)
+        if os.path.isfile(target):
+            raise ValueError(f"save_pretrained needs a folder, but {save_directory!r} is a file.")
+        hub_upload = None
+        if kwargs.pop("push_to_hub", False):  # the complete folder is uploaded below, not the staging folder
+            hub_upload = HubUpload.from_save_kwargs(kwargs, os.path.basename(target), plain_save)
+            hub_upload.create_repo()
+        # transformers removes an earlier save's weight shards from the folder it writes to, which here is the staging
+        # folder: `replaced` does that for the real one (and also drops an earlier save's single weight file or index,
+        # which transformers keeps, and which would then load instead of the new shards).
+        variant = kwargs.get("variant")
+        with atomic_directory(target, update=True, replaced=lambda name: is_weight_file(name, variant)) as staging:
+            result = plain_save(self, staging, *args, **kwargs)
+            for weights in staging.glob("*.safetensors"):
+                # safetensors >= 0.8 writes its files owner-only whatever the umask (safetensors/safetensors#782).
+                set_default_file_mode(weights)
+            if hub_upload is not None:
+                hub_upload.write_card(staging, existing=target, tags=self.model_tags)
+        if hub_upload is not None:
+            hub_upload.upload(target)
+        return result
+
+    save_pretrained.__doc__ = """Saves weights, config and the model's code (with its QA pipeline) as transformers does,
+        so the folder loads with any `AutoModelFor...` and `trust_remote_code=True` where `blockbert_hf` is not
+        installed.
+
+        Everything is written to a staging folder first and switched with `save_directory` in one step once complete,
+        so a save that fails or is killed half-way leaves `save_directory` as it was. Files already there that this
+        save does not write (a tokenizer saved earlier, say) are kept; the weight files of an earlier save
+        (`model.safetensors`, its shards and index) are replaced. A symlinked `save_directory` is written through.
+        Where the folder cannot be switched (its parent may not be written, it is a mount point or the working
+        directory, as in `save_pretrained(".")`), the files are moved in one by one, and a folder left half-written by
+        a killed save refuses to load (`from_pretrained`) until saved again.
+
+        With `push_to_hub=True` (and transformers' `repo_id`, `private`, `commit_message`, `create_pr`, `token`), the
+        folder as it is once saved, a tokenizer saved there before included, is uploaded in one commit. Its model card
+        is kept; a folder without one gets the card transformers gives (the repository's own, or its template).
+        """
+    return save_pretrained
+
+
+def _from_pretrained_checked(plain_load: Callable) -> classmethod:
+    """`plain_load` (the function of a `from_pretrained` classmethod), refusing a folder a killed save left incomplete
+    (which would otherwise load with whatever files it holds)."""
+
+    @functools.wraps(plain_load)
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        check_save_is_complete(pretrained_model_name_or_path)
+        return plain_load(cls, pretrained_model_name_or_path, *args, **kwargs)
+
+    return classmethod(from_pretrained)
+
+
+def _push_to_hub(self, repo_id: str, **kwargs):
+    """Uploads the model to the Hub repository `repo_id` in one commit, with transformers' arguments (`private`,
+    `revision`, `create_pr`, `commit_message`, `token`, `tags`, ...): what `save_pretrained` writes, with the
+    tokenizer and model card of the local folder the model was loaded from (without a card there, the one
+    transformers gives: the repository's own, or its template). A model not loaded from a folder holding a
+    tokenizer is uploaded without one, with a warning: push the tokenizer with `tokenizer.push_to_hub(repo_id)`.
+    """
+    return push_model_to_hub(self, repo_id, **kwargs)
+
+
+def add_save_guarantees(model_class: type) -> None:
+    """Gives `model_class` (and its subclasses) the installed package's `save_pretrained`, `from_pretrained` and
+    `push_to_hub`. They are added here, not defined in the model's file, because that file is what a saved folder
+    carries for `trust_remote_code`, and code that renames and deletes folders or uploads has no place there."""
+    if getattr(model_class, "_blockbert_save_guarantees", False):
+        return
+    model_class.save_pretrained = _save_pretrained_atomically(model_class.save_pretrained)
+    model_class.from_pretrained = _from_pretrained_checked(model_class.from_pretrained.__func__)
+    model_class.push_to_hub = _push_to_hub
+    model_class._blockbert_save_guarantees = True

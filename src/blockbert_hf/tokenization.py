@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from tokenizers import ByteLevelBPETokenizer
 from transformers import PreTrainedTokenizerBase, RobertaTokenizer
 
-from .configuration_blockbert import BlockBertConfig
+from .model.configuration_blockbert import BlockBertConfig
 from .saving import open_text
 
 

@@ -89,8 +89,8 @@ def test_the_pretraining_command_continues_the_converted_checkpoint_at_its_n(pub
 
 @pytest.mark.slow
 def test_the_published_model_runs_on_onnx_runtime(published, tmp_path):
-    from blockbert_hf.export import OnnxBlockBertForQuestionAnswering
-    from blockbert_hf.pipeline_question_answering import ExtractiveQuestionAnsweringPipeline
+    from blockbert_hf.model.pipeline_question_answering import ExtractiveQuestionAnsweringPipeline
+    from blockbert_hf.onnx.export import OnnxBlockBertForQuestionAnswering
 
     hub, _ = published
     downloaded = hub.download(HUB_ID, tmp_path / "download")

@@ -18,7 +18,7 @@ from blockbert_experiments.adaptation_corpus import (
     wikitext_documents,
     without_gutenberg_boilerplate,
 )
-from blockbert_hf.pretraining import read_documents
+from blockbert_hf.train.pretraining import read_documents
 
 
 WIKI_VALID = " \n = Valid Article = \n \n The valid @-@ text , 1 @,@ 000 <unk> words . \n \n = Second = \n \n More .\n"

@@ -13,7 +13,7 @@ from blockbert_experiments.long_context import (
     read_article_halves,
     token_counts,
 )
-from blockbert_hf.qa import load_qa_dataset
+from blockbert_hf.train.qa import load_qa_dataset
 
 
 SQUAD_SAMPLE = REPO_ROOT / "data" / "samples" / "squad_v1.1_dev_sample.json"

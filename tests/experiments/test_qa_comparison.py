@@ -61,7 +61,7 @@ from blockbert_experiments.qa_comparison.scores import (
     wider_interval,
 )
 from blockbert_experiments.qa_comparison.steps import convert_args, eval_args, train_args
-from blockbert_hf.qa import SquadMetric, load_qa_dataset
+from blockbert_hf.train.qa import SquadMetric, load_qa_dataset
 
 
 SQUAD_SAMPLE = REPO_ROOT / "data" / "samples" / "squad_v1.1_dev_sample.json"
@@ -1233,7 +1233,7 @@ def test_the_adapted_grids_start_each_pattern_from_its_own_adaptation_run_and_le
 
 def _adapted_run(folder: Path, run: str, **fields) -> Path:
     """A run's final model as the adaptation chain leaves it (config and weights; the weights are not read here)."""
-    from blockbert_hf.configuration_blockbert import BlockBertConfig
+    from blockbert_hf.model.configuration_blockbert import BlockBertConfig
 
     model = folder / "runs" / run / "final_model"
     config = BlockBertConfig(

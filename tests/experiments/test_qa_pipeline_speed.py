@@ -10,8 +10,8 @@ import torch
 from conftest import REPO_ROOT, load_script, make_model, tiny_config
 
 from blockbert_hf import BlockBertForQuestionAnswering
-from blockbert_hf.export import QUANTIZATION_REPORT
-from blockbert_hf.onnx_quantization import DEFAULT_ORT_RECIPE, Int8Recipe, cpu_has_vnni
+from blockbert_hf.onnx.export import QUANTIZATION_REPORT
+from blockbert_hf.onnx.quantization import DEFAULT_ORT_RECIPE, Int8Recipe, cpu_has_vnni
 from blockbert_hf.tokenization import match_tokenizer_to_config
 
 

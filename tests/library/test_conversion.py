@@ -34,8 +34,8 @@ from blockbert_hf.conversion import (
     sample_sentences,
     verify_conversion,
 )
-from blockbert_hf.model_card import lineage_base_model
 from blockbert_hf.tokenization import read_text_lines
+from blockbert_hf.train.model_card import lineage_base_model
 
 
 TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)

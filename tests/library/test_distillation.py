@@ -1,7 +1,7 @@
-"""Self-distillation (`blockbert_hf.distillation`, `examples/distill_blockbert.py`): the objective (normalised per-layer
-MSE, cosine distance, the teacher's sliding windows), and runs on tiny converted checkpoints: the held-out loss falls,
-a student that computes what its teacher computes has loss 0, a resumed run equals an uninterrupted one, and bad
-options stop before any work."""
+"""Self-distillation (`blockbert_hf.train.distillation`, `examples/distill_blockbert.py`): the objective (normalised
+per-layer MSE, cosine distance, the teacher's sliding windows), and runs on tiny converted checkpoints: the held-out
+loss falls, a student that computes what its teacher computes has loss 0, a resumed run equals an uninterrupted one, and
+bad options stop before any work."""
 
 import json
 from dataclasses import replace
@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 
 from blockbert_hf import BlockBertConfig, BlockBertModel
 from blockbert_hf.conversion import conversion_summary, convert_checkpoint, save_converted
-from blockbert_hf.distillation import (
+from blockbert_hf.train.distillation import (
     DistillationArguments,
     layer_losses,
     most_central_window,
@@ -23,7 +23,7 @@ from blockbert_hf.distillation import (
     sliding_window_hidden_states,
     window_starts,
 )
-from blockbert_hf.training import read_metrics
+from blockbert_hf.train.runs import read_metrics
 
 
 # --- the objective ---------------------------------------------------------------------------------------------------

@@ -26,10 +26,11 @@ from blockbert_hf import (
     attention_blockbert,
     modeling_blockbert,
 )
-from blockbert_hf import export as blockbert_export
-from blockbert_hf.export import at_real_tokens
-from blockbert_hf.onnx_quantization import Int8Recipe, cpu_has_vnni
-from blockbert_hf.pipeline_question_answering import ExtractiveQuestionAnsweringPipeline
+from blockbert_hf.model.pipeline_question_answering import ExtractiveQuestionAnsweringPipeline
+from blockbert_hf.onnx import export as blockbert_export
+from blockbert_hf.onnx.export import at_real_tokens
+from blockbert_hf.onnx.quantization import Int8Recipe, cpu_has_vnni
+from blockbert_hf.onnx.runtime import check_inputs
 from blockbert_hf.tokenization import match_tokenizer_to_config, read_text_lines
 
 
@@ -118,13 +119,13 @@ def test_traced_attention_layout_agrees_with_eager(config_name, attn_implementat
 
 def test_host_input_checks():
     config = tiny_config()
-    blockbert_export.check_inputs(config, *random_batch([64, 3], 64))
+    check_inputs(config, *random_batch([64, 3], 64))
     with pytest.raises(ValueError, match="L = 65 tokens"):
-        blockbert_export.check_inputs(config, *random_batch([65], 65))
+        check_inputs(config, *random_batch([65], 65))
     with pytest.raises(ValueError, match=r"rows \[1\] have padding before a real token"):
-        blockbert_export.check_inputs(config, torch.ones(2, 4, dtype=torch.long), torch.tensor([[1] * 4, [0, 1, 1, 1]]))
+        check_inputs(config, torch.ones(2, 4, dtype=torch.long), torch.tensor([[1] * 4, [0, 1, 1, 1]]))
     with pytest.raises(ValueError, match="batch dimension"):
-        blockbert_export.check_inputs(config, torch.ones(4, dtype=torch.long))
+        check_inputs(config, torch.ones(4, dtype=torch.long))
 
 
 @pytest.mark.parametrize(
@@ -144,7 +145,7 @@ def test_host_input_checks():
 def test_host_input_checks_refuse_what_a_program_would_misread(input_ids, other, message):
     """A program fails on or misreads what the host refuses: L = 0, negative ids, float ids."""
     with pytest.raises(ValueError, match=message):
-        blockbert_export.check_inputs(tiny_config(), input_ids, **other)
+        check_inputs(tiny_config(), input_ids, **other)
 
 
 # --- torch.export -----------------------------------------------------------------------------------------------------
@@ -367,7 +368,7 @@ def test_the_export_warns_when_int8_changes_answers(saved_qa_model, tmp_path, mo
         return outputs
 
     monkeypatch.setattr(blockbert_export.OnnxBlockBert, "__call__", call_with_int8_reversed)
-    with caplog.at_level("WARNING", logger="blockbert_hf.export"):
+    with caplog.at_level("WARNING", logger="blockbert_hf.onnx.export"):
         blockbert_export.export_onnx_folder(saved_qa_model, tmp_path / "onnx", quantize=True)
     report = json.loads((tmp_path / "onnx" / blockbert_export.QUANTIZATION_REPORT).read_text())
     changed = report["answer_agreement"]["changed"]
@@ -382,7 +383,7 @@ def int8_graphs(path):
     import onnx
     from onnx import numpy_helper
 
-    from blockbert_hf.onnx_length_switch import split_by_length
+    from blockbert_hf.onnx.length_switch import split_by_length
 
     short, long, _ = split_by_length(onnx.load(path))
     for model in (short, long):
@@ -462,7 +463,7 @@ def test_the_per_token_recipe_calibrates_on_real_text_and_stays_close_to_fp32(ex
 def test_quantization_weight_range_follows_the_cpu(monkeypatch):
     """Per-tensor activations: 7-bit weights (reduce_range) exactly where the CPU quantizing has no VNNI, unless the
     recipe says; per-block activations have no such setting (ONNX Runtime picks its kernel on the CPU running it)."""
-    from blockbert_hf import onnx_quantization
+    from blockbert_hf.onnx import quantization as onnx_quantization
 
     per_tensor = Int8Recipe(activations="per_tensor")
     monkeypatch.setattr(onnx_quantization.platform, "machine", lambda: "x86_64")
@@ -506,7 +507,7 @@ def test_the_onnx_file_joins_the_programs_by_length_and_stores_the_weights_once(
     import onnx
     from onnx import numpy_helper
 
-    from blockbert_hf.onnx_length_switch import split_by_length
+    from blockbert_hf.onnx.length_switch import split_by_length
 
     out = exported_qa_model[2]
     for file_name in (blockbert_export.ONNX_FILE, blockbert_export.INT8_ONNX_FILE):
@@ -654,7 +655,7 @@ def test_exported_attention_is_fused_and_skips_the_mask_without_padding(exported
     keep standard ops."""
     import onnx
 
-    from blockbert_hf.onnx_length_switch import split_by_length
+    from blockbert_hf.onnx.length_switch import split_by_length
 
     programs = []
     for file_name in (blockbert_export.ONNX_FILE, blockbert_export.INT8_ONNX_FILE):  # int8: put back after quantizing

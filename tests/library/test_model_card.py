@@ -1,4 +1,4 @@
-"""The model card a training run writes next to its weights (`blockbert_hf.model_card`): `examples/run_qa.py` and
+"""The model card a training run writes next to its weights (`blockbert_hf.train.model_card`): `examples/run_qa.py` and
 `examples/run_mlm.py` on tiny models write a `README.md` the Hub can read, whose model-index holds the run's own
 evaluation, which sets `base_model` only for a Hub id and names local files and folders by their base names only."""
 
@@ -12,9 +12,9 @@ from huggingface_hub import EvalResult, ModelCard
 from test_pretraining import _script_args, _tiny_args
 from test_run_qa import SQUAD_V1, WINDOW_ARGS, tiny_qa_folder  # noqa: F401 (tiny_qa_folder: a fixture)
 
-from blockbert_hf.model_card import CARD_FILE, is_hub_id, qa_model_card, write_model_card
-from blockbert_hf.qa import QARunConfig
-from blockbert_hf.training import read_metrics
+from blockbert_hf.train.model_card import CARD_FILE, is_hub_id, qa_model_card, write_model_card
+from blockbert_hf.train.qa import QARunConfig
+from blockbert_hf.train.runs import read_metrics
 
 
 # A path of this machine in a card: "/" + a folder after a space, quote, backtick or bracket (URLs have "//" after ":").

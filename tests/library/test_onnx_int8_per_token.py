@@ -1,4 +1,4 @@
-"""int8 products with per-token activation scales (`blockbert_hf.onnx_int8_per_token`): what the rewritten graph
+"""int8 products with per-token activation scales (`blockbert_hf.onnx.int8_per_token`): what the rewritten graph
 computes on ONNX Runtime, which products it rewrites, and SmoothQuant's smoothing."""
 
 import numpy as np
@@ -7,7 +7,7 @@ import onnxruntime
 import pytest
 from onnx import helper, numpy_helper
 
-from blockbert_hf.onnx_int8_per_token import input_maxima, quantize_per_token, smoothing_factors
+from blockbert_hf.onnx.int8_per_token import input_maxima, quantize_per_token, smoothing_factors
 
 
 K, N = 64, 48

@@ -1,4 +1,4 @@
-"""`blockbert_hf.onnx_length_switch`: two graphs joined into one ONNX model by an `If` on the input's length, weights
+"""`blockbert_hf.onnx.length_switch`: two graphs joined into one ONNX model by an `If` on the input's length, weights
 stored once, and split back (on small hand-made graphs; the exported BlockBERT files are checked in test_export.py)."""
 
 import numpy as np
@@ -9,7 +9,7 @@ onnx = pytest.importorskip("onnx")
 onnxruntime = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from blockbert_hf.onnx_length_switch import split_by_length, switch_by_length  # noqa: E402
+from blockbert_hf.onnx.length_switch import split_by_length, switch_by_length  # noqa: E402
 
 
 WEIGHT = np.arange(4, dtype=np.float32)

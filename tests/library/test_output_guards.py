@@ -3,14 +3,15 @@ overwrite option (`blockbert_hf.saving.check_output_keeps_inputs`), by every scr
 
 import json
 import re
+import sys
 
 import pytest
 from conftest import REPO_ROOT, SAMPLE_TEXT, load_script, make_model, tiny_config
 
 from blockbert_hf import BlockBertForMaskedLM, BlockBertForQuestionAnswering
-from blockbert_hf.pretraining import trainer
-from blockbert_hf.qa import finetuning
 from blockbert_hf.saving import OutputOverwritesInputError, check_output_keeps_inputs
+from blockbert_hf.train.pretraining import trainer
+from blockbert_hf.train.qa import finetuning
 
 
 SQUAD_V1 = REPO_ROOT / "data" / "samples" / "squad_v1.1_dev_sample.json"
@@ -113,7 +114,8 @@ def test_experiment_scripts_refuse_an_output_dir_that_holds_their_input(script, 
         option = "--squad_file"
     before = _files(tmp_path)
     module = load_script(f"experiments/{script}.py")
-    monkeypatch.setattr(module, "run_script" if script == "demo" else "AutoTokenizer", None)  # any work fails
+    logic = sys.modules[module.main.__module__]  # the script is a command line over its experiments module
+    monkeypatch.setattr(logic, "run_script" if script == "demo" else "AutoTokenizer", None)  # any work fails
     with pytest.raises(SystemExit) as exited:
         module.main([str(arg) for arg in argv])
     assert exited.value.code == 2

@@ -14,73 +14,77 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO_ROOT
+from conftest import CARRIED_CODE_FILES, REPO_ROOT
 
 
-# What a saved folder needs to load with trust_remote_code and to serve the question-answering pipeline: the model's
-# code, the files it imports (its attention, the config, the atomic writers and remote-code names of `saving.py`) and
-# the pipeline.
-REMOTE_CODE_FILES = {
-    "attention_blockbert.py",
-    "configuration_blockbert.py",
-    "modeling_blockbert.py",
-    "saving.py",
-    "pipeline_question_answering.py",
-}
+REMOTE_CODE_FILES = CARRIED_CODE_FILES
 CONTEXT = "The battleship was launched in 1912 and served in both world wars. " * 6
-# Every module of the installed package: the model (config, attention, modeling, QA pipeline), tokenization helpers,
-# conversion, the training library (pre-training, QA fine-tuning), export and saving.
+# Every module of the installed package: saving and tokenization helpers, what a saved folder carries (model/),
+# conversion, export (onnx/) and the training library (train/).
 WHEEL_MODULES = {
     f"blockbert_hf/{module}.py"
     for module in (
         "__init__",
-        "configuration_blockbert",
-        "attention_blockbert",
-        "modeling_blockbert",
-        "pipeline_question_answering",
-        "tokenization",
         "saving",
-        "extras",
-        "export",
-        "onnx_attention",
-        "onnx_int8_per_token",
-        "onnx_length_switch",
-        "onnx_quantization",
-        "model_card",
+        "tokenization",
         "command_line",
-        "training",
         "conversion/__init__",
         "conversion/errors",
         "conversion/report",
         "conversion/source",
         "conversion/verification",
         "conversion/weights",
-        "pretraining/__init__",
-        "pretraining/arguments",
-        "pretraining/data",
-        "pretraining/documents",
-        "pretraining/evaluation",
-        "pretraining/model",
-        "pretraining/trainer",
-        "distillation/__init__",
-        "distillation/arguments",
-        "distillation/objective",
-        "distillation/trainer",
-        "hub",
-        "qa/__init__",
-        "qa/__main__",
-        "qa/data",
-        "qa/features",
-        "qa/finetuning",
-        "qa/objective",
-        "qa/postprocessing",
-        "qa/task_distillation",
+        "model/__init__",
+        "model/attention_blockbert",
+        "model/configuration_blockbert",
+        "model/modeling_blockbert",
+        "model/pipeline_question_answering",
+        "model/question_answering_windows",
+        "onnx/__init__",
+        "onnx/attention",
+        "onnx/export",
+        "onnx/int8_per_token",
+        "onnx/length_switch",
+        "onnx/quantization",
+        "onnx/runtime",
+        "train/__init__",
+        "train/distillation/__init__",
+        "train/distillation/arguments",
+        "train/distillation/objective",
+        "train/distillation/trainer",
+        "train/hub",
+        "train/model_card",
+        "train/pretraining/__init__",
+        "train/pretraining/arguments",
+        "train/pretraining/data",
+        "train/pretraining/documents",
+        "train/pretraining/evaluation",
+        "train/pretraining/model",
+        "train/pretraining/trainer",
+        "train/qa/__init__",
+        "train/qa/__main__",
+        "train/qa/arguments",
+        "train/qa/data",
+        "train/qa/evaluation",
+        "train/qa/features",
+        "train/qa/finetuning",
+        "train/qa/objective",
+        "train/qa/postprocessing",
+        "train/qa/preparation",
+        "train/qa/task_distillation",
+        "train/qa/training",
+        "train/runs",
     )
 }
 # Names of the experiments' modules (experiments/, benchmarks/), none of which may be in the wheel.
 EXPERIMENT_WORDS = ("demo", "minilm", "measuring", "visualization", "comparison", "long_context", "benchmark", "cards")
 # The training library's extra and what it brings.
-TRAIN_MODULES = ("blockbert_hf.training", "blockbert_hf.pretraining", "blockbert_hf.distillation", "blockbert_hf.qa")
+TRAIN_MODULES = (
+    "blockbert_hf.train.runs",
+    "blockbert_hf.train.pretraining",
+    "blockbert_hf.train.distillation",
+    "blockbert_hf.train.qa",
+)
 TRAIN_PACKAGES = ("accelerate", "datasets", "evaluate")
 
 
@@ -94,7 +98,7 @@ def test_the_package_imports_and_loads_a_saved_folder_with_only_its_install_requ
     # tqdm is not blocked: transformers itself needs it.
     optional = (*TRAIN_PACKAGES, "matplotlib", "onnx", "onnxruntime", "onnxscript", "peft", "tensorboard")
     code = textwrap.dedent(f"""
-        import blockbert_hf, blockbert_hf.conversion, blockbert_hf.export, blockbert_hf.tokenization
+        import blockbert_hf, blockbert_hf.conversion, blockbert_hf.onnx.export, blockbert_hf.tokenization
         from blockbert_hf import BlockBertConfig, BlockBertForQuestionAnswering
         from transformers import AutoModelForQuestionAnswering
 
@@ -172,8 +176,8 @@ def test_wheel_installs_in_a_clean_environment_and_saved_folders_load_without_it
     """Slow (it installs torch): a fresh virtual environment gets torch (TORCH_INSTALL, by default this environment's
     torch version: the CPU wheel on this project's machines) and the wheel with its dependencies. The installed package
     saves a QA model; after `pip uninstall blockbert-hf` the folder still loads with `trust_remote_code=True`, as a
-    model and as the question-answering pipeline it carries, and the model loaded so saves again (with the folder's
-    `saving.py`) into a folder that keeps its other files and loads."""
+    model and as the question-answering pipeline it carries, and the model loaded so saves again (transformers' own
+    save) into a folder that keeps its other files and loads."""
     wheel = _build_wheel(tmp_path)
     venv, python = fresh_venv, fresh_venv / "bin" / "python"
     torch_install = os.environ.get("TORCH_INSTALL", f"torch=={torch.__version__.split('+')[0]}").split()

@@ -1,6 +1,7 @@
-"""MLM pre-training (`blockbert_hf.pretraining`, `examples/run_mlm.py`): documents, DOC-SENTENCES packing, masking,
-batch geometry, exact resume after an interruption, a 2-process run matching the 1-process loss, the guards (output
-folder, launch, NaN loss), checkpoint rotation, and `examples/evaluate_mlm.py`'s refusal of meaningless scores."""
+"""MLM pre-training (`blockbert_hf.train.pretraining`, `examples/run_mlm.py`): documents, DOC-SENTENCES packing,
+masking, batch geometry, exact resume after an interruption, a 2-process run matching the 1-process loss, the guards
+(output folder, launch, NaN loss), checkpoint rotation, and `examples/evaluate_mlm.py`'s refusal of meaningless
+scores."""
 
 import gzip
 import json
@@ -18,7 +19,9 @@ from transformers import AutoTokenizer, RobertaConfig, RobertaForMaskedLM
 
 from blockbert_hf import BlockBertForMaskedLM, BlockBertModel
 from blockbert_hf.conversion import conversion_summary, convert_checkpoint, save_converted
-from blockbert_hf.pretraining import (
+from blockbert_hf.saving import save_atomically
+from blockbert_hf.tokenization import match_tokenizer_to_config
+from blockbert_hf.train.pretraining import (
     MaskedLMLoss,
     MaskingCollator,
     PretrainingArguments,
@@ -31,11 +34,9 @@ from blockbert_hf.pretraining import (
     split_documents,
     tokenize_and_pack,
 )
-from blockbert_hf.pretraining import trainer as pretraining_trainer
-from blockbert_hf.pretraining.model import config_from_checkpoint
-from blockbert_hf.saving import save_atomically
-from blockbert_hf.tokenization import match_tokenizer_to_config
-from blockbert_hf.training import NonFiniteLossError, OutputDirError, read_metrics
+from blockbert_hf.train.pretraining import trainer as pretraining_trainer
+from blockbert_hf.train.pretraining.model import config_from_checkpoint
+from blockbert_hf.train.runs import NonFiniteLossError, OutputDirError, read_metrics
 
 
 RUN_ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 import torch
-from conftest import random_batch, tiny_config
+from conftest import CARRIED_CODE_FILES, random_batch, tiny_config
 from huggingface_hub import ModelCard
 from transformers import AutoTokenizer, Trainer, TrainingArguments, pipeline
 
@@ -16,13 +16,7 @@ from blockbert_hf import BlockBertForQuestionAnswering, BlockBertForSequenceClas
 from blockbert_hf.tokenization import match_tokenizer_to_config
 
 
-CODE_FILES = {
-    "attention_blockbert.py",
-    "configuration_blockbert.py",
-    "modeling_blockbert.py",
-    "saving.py",
-    "pipeline_question_answering.py",
-}
+CODE_FILES = CARRIED_CODE_FILES
 MODEL_FILES = {"config.json", "model.safetensors"} | CODE_FILES
 TOKENIZER_FILES = {"tokenizer.json", "tokenizer_config.json"}
 RUN_CARD = "---\nlicense: apache-2.0\nbase_model: someone/source-model\n---\n\n# A fine-tuned BlockBERT\n\nF1 51.2\n"

@@ -11,8 +11,10 @@ import pytest
 from conftest import REPO_ROOT, tiny_config
 
 from blockbert_hf import BlockBertForQuestionAnswering
-from blockbert_hf.pipeline_question_answering import ExtractiveQuestionAnsweringPipeline
-from blockbert_hf.qa import (
+from blockbert_hf.model.pipeline_question_answering import ExtractiveQuestionAnsweringPipeline
+from blockbert_hf.saving import save_atomically
+from blockbert_hf.tokenization import match_tokenizer_to_config
+from blockbert_hf.train.qa import (
     QARunConfig,
     check_qa_dataset,
     load_qa_dataset,
@@ -23,8 +25,6 @@ from blockbert_hf.qa import (
     realign_answers,
     run_qa,
 )
-from blockbert_hf.saving import save_atomically
-from blockbert_hf.tokenization import match_tokenizer_to_config
 
 
 SQUAD_V1 = REPO_ROOT / "data" / "samples" / "squad_v1.1_dev_sample.json"
@@ -192,7 +192,7 @@ def test_answers_missing_from_some_contexts_are_counted_in_a_warning_and_dropped
             "lost": {"text": "armada", "start": 0},
         },
     )
-    with caplog.at_level(logging.WARNING, logger="blockbert_hf.qa.data"):
+    with caplog.at_level(logging.WARNING, logger="blockbert_hf.train.qa.data"):
         dataset = load_qa_dataset(str(path))
     assert len(dataset) == 3
     assert f"{path}: 1 of 3 answered question(s) have no answer" in caplog.text and "['lost']" in caplog.text
@@ -258,18 +258,18 @@ def test_evaluation_windows_are_the_pipelines_windows(tokenizer):
             assert window["window"].block_null_indices == features["block_null_indices"][index]
 
 
-def test_training_features_import_the_window_logic_from_the_pipeline_file():
-    """The pipeline file is copied into saved folders: the dependency goes from `qa` to it, never the other way."""
-    package = REPO_ROOT / "src" / "blockbert_hf"
-    features = ast.parse((package / "qa" / "features.py").read_text())
+def test_training_features_import_the_window_logic_from_the_model_folder_code():
+    """The window code is copied into saved model folders: the dependency goes from `train.qa` to it, never the other
+    way."""
+    features_file = REPO_ROOT / "src" / "blockbert_hf" / "train" / "qa" / "features.py"
     imported = {
         alias.name
-        for node in ast.walk(features)
-        if isinstance(node, ast.ImportFrom) and node.module == "pipeline_question_answering"
+        for node in ast.walk(ast.parse(features_file.read_text()))
+        if isinstance(node, ast.ImportFrom) and node.module == "model.question_answering_windows"
         for alias in node.names
     }
     assert "tokenize_windows" in imported
-    assert "tokenizer(" not in (package / "qa" / "features.py").read_text()  # no second window tokenization
+    assert "tokenizer(" not in features_file.read_text()  # no second window tokenization
 
 
 def test_evaluation_predictions_are_whole_characters_and_never_whitespace():

@@ -1,4 +1,4 @@
-"""The per-block QA objective (`blockbert_hf.qa.objective`): its value on hand-built logits, the block labels of
+"""The per-block QA objective (`blockbert_hf.train.qa.objective`): its value on hand-built logits, the block labels of
 answers inside a block, across a block boundary and absent, padding blocks left out, the window objective it equals
 with one block per window, and a planted two-block window whose second [CLS] only the per-block objective trains."""
 
@@ -9,9 +9,9 @@ import torch
 from conftest import SAMPLE_TEXT, tiny_config
 
 from blockbert_hf import BlockBertForQuestionAnswering
-from blockbert_hf.qa import per_block_span_loss, prepare_train_features
-from blockbert_hf.qa.objective import IGNORE_INDEX, block_span_labels, check_qa_objective, resolve_qa_objective
 from blockbert_hf.tokenization import match_tokenizer_to_config, read_text_lines
+from blockbert_hf.train.qa import per_block_span_loss, prepare_train_features
+from blockbert_hf.train.qa.objective import IGNORE_INDEX, block_span_labels, check_qa_objective, resolve_qa_objective
 
 
 PREFIXED = "question_prefixed_blocks"

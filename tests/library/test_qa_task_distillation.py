@@ -1,6 +1,6 @@
-"""Task distillation in `run_qa` (`blockbert_hf.qa.task_distillation`): the KL loss over the window's or each block's
-real positions, the teacher reading every block as an input of its own, the fp16 cache of its logits (refused for
-other windows), and runs: alpha 0 is plain fine-tuning, a run from the cache equals the run that computed it."""
+"""Task distillation in `run_qa` (`blockbert_hf.train.qa.task_distillation`): the KL loss over the window's or each
+block's real positions, the teacher reading every block as an input of its own, the fp16 cache of its logits (refused
+for other windows), and runs: alpha 0 is plain fine-tuning, a run from the cache equals the run that computed it."""
 
 import pytest
 import torch
@@ -8,11 +8,11 @@ from conftest import SAMPLE_TEXT, make_model, random_batch, tiny_config
 from safetensors.torch import load_file
 
 from blockbert_hf import BlockBertForQuestionAnswering
-from blockbert_hf.qa import QARunConfig, run_qa
-from blockbert_hf.qa.task_distillation import distillation_kl, span_distillation_loss, teacher_span_logits
 from blockbert_hf.saving import save_atomically
 from blockbert_hf.tokenization import match_tokenizer_to_config, read_text_lines, train_roberta_tokenizer
-from blockbert_hf.training import read_metrics
+from blockbert_hf.train.qa import QARunConfig, run_qa
+from blockbert_hf.train.qa.task_distillation import distillation_kl, span_distillation_loss, teacher_span_logits
+from blockbert_hf.train.runs import read_metrics
 
 
 SQUAD_V1 = SAMPLE_TEXT.parent / "squad_v1.1_dev_sample.json"

@@ -13,18 +13,18 @@ from conftest import REPO_ROOT, SAMPLE_TEXT, planted_qa_model, tiny_config
 from transformers import AutoConfig, AutoModelForQuestionAnswering, BertTokenizer, RobertaConfig
 
 from blockbert_hf import BlockBertForQuestionAnswering, pipeline_question_answering
-from blockbert_hf.export import VERIFICATION_QUESTION, VERIFICATION_TEXT, verification_batches
-from blockbert_hf.pipeline_question_answering import (
+from blockbert_hf.model.pipeline_question_answering import (
     ExtractiveQuestionAnsweringPipeline,
     WindowLogits,
     best_window_spans,
-    context_offsets,
     model_window_layout,
-    pair_template,
     resolve_window_layout,
-    tokenize_windows,
 )
-from blockbert_hf.qa import (
+from blockbert_hf.model.question_answering_windows import context_offsets, pair_template, tokenize_windows
+from blockbert_hf.onnx.export import VERIFICATION_QUESTION, VERIFICATION_TEXT, verification_batches
+from blockbert_hf.saving import save_atomically
+from blockbert_hf.tokenization import match_tokenizer_to_config, read_text_lines, train_roberta_tokenizer
+from blockbert_hf.train.qa import (
     QARunConfig,
     check_question_lengths,
     default_window_layout,
@@ -33,8 +33,6 @@ from blockbert_hf.qa import (
     read_squad_json,
     run_qa,
 )
-from blockbert_hf.saving import save_atomically
-from blockbert_hf.tokenization import match_tokenizer_to_config, read_text_lines, train_roberta_tokenizer
 
 
 PREFIXED = "question_prefixed_blocks"

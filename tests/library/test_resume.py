@@ -11,8 +11,8 @@ import torch
 from accelerate import Accelerator
 from conftest import SAMPLE_TEXT
 
-from blockbert_hf.pretraining import PretrainingArguments, list_checkpoints, run_pretraining
-from blockbert_hf.training import (
+from blockbert_hf.train.pretraining import PretrainingArguments, list_checkpoints, run_pretraining
+from blockbert_hf.train.runs import (
     OutputDirError,
     OutputLayout,
     check_output_dir,

@@ -13,14 +13,16 @@ import datasets
 import pytest
 import torch
 from accelerate import PartialState
-from conftest import REPO_ROOT, load_script, tiny_config, two_process_launcher
+from conftest import CARRIED_CODE_FILES, REPO_ROOT, load_script, tiny_config, two_process_launcher
 from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
 from blockbert_hf import BlockBertForQuestionAnswering
-from blockbert_hf.pipeline_question_answering import ExtractiveQuestionAnsweringPipeline
-from blockbert_hf.qa import (
+from blockbert_hf.model.pipeline_question_answering import ExtractiveQuestionAnsweringPipeline
+from blockbert_hf.saving import save_atomically
+from blockbert_hf.tokenization import match_tokenizer_to_config, train_roberta_tokenizer
+from blockbert_hf.train.qa import (
     QARunConfig,
     SquadMetric,
     check_qa_dataset,
@@ -28,6 +30,7 @@ from blockbert_hf.qa import (
     finetuning,
     load_qa_dataset,
     normalize_answer,
+    preparation,
     prepare_train_features,
     read_mrqa_jsonl,
     read_squad_json,
@@ -35,10 +38,9 @@ from blockbert_hf.qa import (
     resolve_window_lengths,
     run_qa,
     split_squad_articles,
+    training,
 )
-from blockbert_hf.saving import save_atomically
-from blockbert_hf.tokenization import match_tokenizer_to_config, train_roberta_tokenizer
-from blockbert_hf.training import NonFiniteLossError, OutputDirError, list_checkpoints, read_metrics
+from blockbert_hf.train.runs import NonFiniteLossError, OutputDirError, list_checkpoints, read_metrics
 
 
 SQUAD_V1 = REPO_ROOT / "data" / "samples" / "squad_v1.1_dev_sample.json"
@@ -242,18 +244,18 @@ def test_windows_cut_by_several_processes_are_the_windows_of_one(tokenizer, tmp_
             validation_file=str(data_file), max_train_samples=40, max_eval_samples=40, negative_window_rate=0.3,
             seed=3, preprocessing_num_workers=workers,
         )  # fmt: skip
-        data, processes[:] = finetuning._QAData(), []
-        finetuning._training_examples(config, {**feature_kwargs, "block_size": None}, data, {})
-        finetuning._evaluation_examples(config, {**feature_kwargs, "block_size": None}, data)
-        finetuning._training_data(config, {**feature_kwargs, "block_size": None}, data, {})
-        finetuning._evaluation_data(config, {**feature_kwargs, "block_size": None}, data, {})
+        data, processes[:] = preparation._QAData(), []
+        preparation._training_examples(config, {**feature_kwargs, "block_size": None}, data, {})
+        preparation._evaluation_examples(config, {**feature_kwargs, "block_size": None}, data)
+        preparation._training_data(config, {**feature_kwargs, "block_size": None}, data, {})
+        preparation._evaluation_data(config, {**feature_kwargs, "block_size": None}, data, {})
         assert processes[-2:] == [workers, workers]  # the training and the evaluation windows
         windows.append((data.train_features.to_dict(), data.eval_features.to_dict()))
     assert windows[0] == windows[1] and len(windows[0][0]["input_ids"]) > 40
 
 
 def test_every_seed_and_epoch_gets_its_own_batch_order():
-    seeds = {finetuning.batch_order_seed(seed, epoch) for seed in range(8) for epoch in range(8)}
+    seeds = {training.batch_order_seed(seed, epoch) for seed in range(8) for epoch in range(8)}
     assert len(seeds) == 64
 
 
@@ -718,13 +720,13 @@ def test_the_per_block_objective_trains_and_evaluates_and_is_recorded_with_the_m
     is the per-block one, and the model, its card, the run's arguments and metrics record it; evaluating the saved
     model takes its objective by default."""
     block_sizes = []
-    per_block_loss = finetuning.per_block_span_loss
+    per_block_loss = training.per_block_span_loss
 
     def recording(*args):
         block_sizes.append(args[4])
         return per_block_loss(*args)
 
-    monkeypatch.setattr(finetuning, "per_block_span_loss", recording)
+    monkeypatch.setattr(training, "per_block_span_loss", recording)
     output = tmp_path / "run"
     results = run_qa(
         _trained_run_config(
@@ -792,9 +794,7 @@ def test_run_qa_trains_on_a_saved_dataset_folder_and_publishes_the_finished_mode
     assert list((output / "blockbert_qa").rglob("events.out.tfevents.*"))  # TensorBoard's log
     files = hub.uploaded("someone/tiny-blockbert-qa")
     assert set(files) >= {
-        "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "modeling_blockbert.py",
-        "attention_blockbert.py", "configuration_blockbert.py", "saving.py", "pipeline_question_answering.py",
-        "README.md",
+        "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "README.md", *CARRIED_CODE_FILES
     }  # fmt: skip
     assert files == {path.name: path.read_bytes() for path in (output / "model").iterdir()}  # as saved, card final
     card = files["README.md"].decode()

@@ -15,10 +15,10 @@ import torch
 from conftest import REPO_ROOT, SAMPLE_TEXT, load_script, tiny_config
 
 from blockbert_hf import BlockBertForQuestionAnswering
-from blockbert_hf.pretraining import trainer
-from blockbert_hf.qa import finetuning
 from blockbert_hf.saving import save_atomically
 from blockbert_hf.tokenization import match_tokenizer_to_config
+from blockbert_hf.train.pretraining import trainer
+from blockbert_hf.train.qa import evaluation, finetuning
 
 
 SQUAD_V1 = REPO_ROOT / "data" / "samples" / "squad_v1.1_dev_sample.json"
@@ -140,8 +140,8 @@ def _squad_file(path, paragraphs) -> str:
     ["squad_2_without_version_2", "question_too_long", "stride_too_long", "malformed", "empty", "missing_model"],
 )
 def test_run_qa_refuses_bad_inputs_before_training_or_inference(case, qa_model, tmp_path, monkeypatch, capsys):
-    for step in ("_set_up_training", "_eval_loop"):
-        monkeypatch.setattr(finetuning, step, _no_work)
+    monkeypatch.setattr(finetuning, "_set_up_training", _no_work)
+    monkeypatch.setattr(evaluation, "_eval_loop", _no_work)
     model, data, options, named = qa_model, SQUAD_V1, ["--max_eval_samples", 4], ()
     if case == "squad_2_without_version_2":
         data, options, named = SQUAD_V2, ["--version_2_with_negative", "False"], ("--version_2_with_negative", "SQuAD")

@@ -1,4 +1,4 @@
-"""The training toolkit (`blockbert_hf.training`) shared by pre-training and QA fine-tuning: output-folder and launch
+"""The training toolkit (`blockbert_hf.train.runs`) shared by pre-training and QA fine-tuning: output-folder and launch
 guards, atomic checkpoints with rotation and resume, the metrics log, the non-finite loss guard, the optimizer's
 weight-decay groups; and `--help` of every example script."""
 
@@ -13,9 +13,10 @@ import torch
 from accelerate import Accelerator
 from conftest import REPO_ROOT, tiny_config
 
-from blockbert_hf import BlockBertForMaskedLM, training
+from blockbert_hf import BlockBertForMaskedLM
 from blockbert_hf.saving import OutputOverwritesInputError
-from blockbert_hf.training import (
+from blockbert_hf.train import runs
+from blockbert_hf.train.runs import (
     MetricsLog,
     NonFiniteLossError,
     OutputDirError,
@@ -182,10 +183,10 @@ def test_a_multi_process_launch_that_accelerate_sets_up_as_one_process_is_refuse
 )
 def test_bf16_on_a_cpu_that_emulates_it_is_warned_about(monkeypatch, caplog, native, precision, warned):
     """bf16 autocast on a CPU that emulates bf16 is several times slower than fp32: the run says so and what to pass."""
-    monkeypatch.setattr(training, "cpu_has_native_bf16", lambda: native)
+    monkeypatch.setattr(runs, "cpu_has_native_bf16", lambda: native)
     Accelerator(cpu=True)  # sets up the state accelerate's logger needs
     accelerator = SimpleNamespace(mixed_precision=precision, device=torch.device("cpu"))
-    with caplog.at_level("WARNING", logger=training.__name__):
+    with caplog.at_level("WARNING", logger=runs.__name__):
         assert warn_emulated_bf16(accelerator, "examples/run_qa.py") is warned
     assert ("Run examples/run_qa.py with --mixed_precision no" in caplog.text) is warned
 

@@ -1,5 +1,5 @@
-"""Saved folders: save/load round trips, what a folder carries (the model's code, `saving.py`, the QA pipeline), loading
-it with the AutoClasses and without the package, folders saved by blockbert-hf 0.1, and atomic writes."""
+"""Saved folders: save/load round trips, what a folder carries (the model's code and the QA pipeline), loading it with
+the AutoClasses and without the package, folders saved by blockbert-hf 0.1, and atomic writes."""
 
 import copy
 import errno
@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO_ROOT, make_model, random_batch, tiny_config
+from conftest import CARRIED_CODE_FILES, REPO_ROOT, make_model, random_batch, tiny_config
 from safetensors.torch import load_file
 from transformers import AutoModel, AutoModelForMaskedLM, AutoModelForQuestionAnswering, AutoTokenizer
-from transformers.dynamic_module_utils import get_imports
 
 from blockbert_hf import (
     BlockBertConfig,
@@ -25,7 +24,6 @@ from blockbert_hf import (
     BlockBertForSequenceClassification,
     BlockBertForTokenClassification,
     BlockBertModel,
-    saving,
 )
 from blockbert_hf.saving import atomic_directory, save_atomically
 from blockbert_hf.tokenization import match_tokenizer_to_config
@@ -38,15 +36,7 @@ HEAD_CLASSES = [
     BlockBertForSequenceClassification,
     BlockBertForTokenClassification,
 ]
-# The code a saved folder carries: the model's, the files it imports (attention, config, atomic writers) and the QA
-# pipeline.
-REMOTE_CODE_FILES = {
-    "attention_blockbert.py",
-    "configuration_blockbert.py",
-    "modeling_blockbert.py",
-    "saving.py",
-    "pipeline_question_answering.py",
-}
+REMOTE_CODE_FILES = CARRIED_CODE_FILES
 V01_FOLDER = REPO_ROOT / "tests" / "fixtures" / "blockbert-mlm-v0.1"
 V01_EXPECTED = REPO_ROOT / "tests" / "fixtures" / "blockbert-mlm-v0.1-expected.safetensors"
 
@@ -93,8 +83,9 @@ def test_a_saved_folder_carries_its_code_and_keeps_weights_tied(tmp_path):
 
 
 def test_trust_remote_code_without_the_package(tmp_path, tokenizer):
-    """A saved folder loads with every AutoModelFor... in a process where `import blockbert_hf` fails, and the model
-    loaded so saves again (atomically, with the `saving.py` the folder carries) into a folder that loads."""
+    """A saved folder loads with every AutoModelFor... in a process where `import blockbert_hf` fails; the model loaded
+    so saves again as transformers saves (its code and QA pipeline carried, other files of the folder kept) into a
+    folder that loads and still serves `pipeline("question-answering", trust_remote_code=True)`."""
     config = tiny_config(vocab_size=len(tokenizer))
     model = BlockBertForMaskedLM(config).eval()
     match_tokenizer_to_config(tokenizer, config)
@@ -118,7 +109,7 @@ def test_trust_remote_code_without_the_package(tmp_path, tokenizer):
         import torch
         from transformers import (AutoConfig, AutoModel, AutoModelForMaskedLM, AutoModelForMultipleChoice,
             AutoModelForQuestionAnswering, AutoModelForSequenceClassification, AutoModelForTokenClassification,
-            AutoTokenizer)
+            AutoTokenizer, pipeline)
         folder, again = {str(tmp_path / "model")!r}, {str(tmp_path / "again")!r}
         io = torch.load({str(tmp_path / "io.pt")!r})
         base = AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
@@ -132,13 +123,16 @@ def test_trust_remote_code_without_the_package(tmp_path, tokenizer):
         tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
         print("model_max_length", tokenizer.model_max_length)
 
-        print("saving_module", sys.modules[type(base).__module__].atomic_directory.__module__)
-        base.save_pretrained(again)
+        qa_model = AutoModelForQuestionAnswering.from_pretrained(folder, trust_remote_code=True)
+        qa_model.save_pretrained(again)
         print("saved_again", " ".join(sorted(os.listdir(again))))
         reloaded = AutoModel.from_pretrained(again, trust_remote_code=True).eval()
         with torch.no_grad():
             out = reloaded(io["input_ids"], attention_mask=io["attention_mask"]).last_hidden_state
         print("max_diff_again", (out - io["expected"]).abs().max().item())
+        qa = pipeline("question-answering", model=again, tokenizer=folder, trust_remote_code=True)
+        answer = qa(question="When was it launched?", context="The battleship was launched in 1912.")
+        print("pipeline_again", type(qa).__name__, sorted(answer))
     """)
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -157,16 +151,10 @@ def test_trust_remote_code_without_the_package(tmp_path, tokenizer):
     ):
         assert name in lines
     assert value("model_max_length") == "64", result.stdout
-    # The folder's copy of saving.py wrote the new folder: everything the model carries, the old file kept.
-    assert value("saving_module").startswith("transformers_modules.") and value("saving_module").endswith(".saving")
+    # transformers' save wrote the new folder: everything the model carries, the old file kept.
     assert set(value("saved_again").split()) == REMOTE_CODE_FILES | {"config.json", "model.safetensors", "notes.txt"}
+    assert value("pipeline_again") == "ExtractiveQuestionAnsweringPipeline ['answer', 'end', 'score', 'start']"
     assert sorted(path.name for path in tmp_path.iterdir()) == ["again", "io.pt", "model"]  # no staging left
-
-
-def test_the_carried_saving_py_imports_only_the_standard_library_and_huggingface_hub():
-    """transformers' remote-code loader requires every package a carried file imports (even inside a function);
-    huggingface_hub is one transformers itself requires."""
-    assert set(get_imports(saving.__file__)) <= sys.stdlib_module_names | {"huggingface_hub"}
 
 
 def test_auto_classes_and_tokenizer_resolve_for_a_saved_folder(tmp_path, tokenizer):
@@ -244,7 +232,7 @@ def test_saved_files_get_the_modes_the_umask_gives_any_new_file(tmp_path):
     finally:
         os.umask(umask)
     modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in (tmp_path / "model").iterdir()}
-    assert modes["model.safetensors"] == modes["config.json"] == modes["saving.py"] == 0o644
+    assert modes["model.safetensors"] == modes["config.json"] == modes["modeling_blockbert.py"] == 0o644
     assert stat.S_IMODE((tmp_path / "model").stat().st_mode) == 0o755
 
 

@@ -11,7 +11,7 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from blockbert_hf.configuration_blockbert import BlockBertConfig, parse_heads_per_shift
+from blockbert_hf.model.configuration_blockbert import BlockBertConfig, parse_heads_per_shift
 from blockbert_hf.saving import atomic_directory, sha256_of_file
 
 from .grid import Cell, ComparisonConfig

@@ -7,7 +7,7 @@ sizes the recipe gives at each N."""
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 
-from blockbert_hf.qa.objective import check_qa_objective
+from blockbert_hf.train.qa.objective import check_qa_objective
 
 
 BASELINE = "n512_full_seed0"

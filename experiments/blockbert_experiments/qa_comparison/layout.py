@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from blockbert_hf.qa.data import split_squad_articles
 from blockbert_hf.saving import sha256_of_file
+from blockbert_hf.train.qa.data import split_squad_articles
 
 from ..minilm import MINILM_VARIABLE, installed_minilm
 from .grid import HALVES, PARAGRAPHS, Cell, ComparisonConfig

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from blockbert_benchmarks.measuring.machine import machine_description, machine_hardware
-from blockbert_hf.training import list_checkpoints
+from blockbert_hf.train.runs import list_checkpoints
 
 from .grid import PARAGRAPHS, Cell, ComparisonConfig, batch_sizes, cell_recipe, grid_cells, select_cells
 from .layout import MEASUREMENTS_FILE, CellLayout, cell_sets, is_saved_model, read_json, read_manifest, test_set_names

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from blockbert_hf.pipeline_question_answering import WINDOW_SCORING_RULES
+from blockbert_hf.model.pipeline_question_answering import WINDOW_SCORING_RULES
 from blockbert_hf.saving import write_file_atomically
 
 from .grid import (

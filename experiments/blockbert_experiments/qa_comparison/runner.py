@@ -52,7 +52,7 @@ from blockbert_hf.saving import (
     sha256_of_file,
     write_json_atomically,
 )
-from blockbert_hf.training import HelpFormatter, list_checkpoints, read_metrics
+from blockbert_hf.train.runs import HelpFormatter, list_checkpoints, read_metrics
 
 from .adapted import ADAPTED_FILE, adapted_command, check_adapted_models, planned_record, prepare_adapted_model
 from .distillation_report import write_stage_a_report

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from blockbert_hf.qa.data import load_qa_dataset
-from blockbert_hf.qa.postprocessing import normalize_answer, token_f1
+from blockbert_hf.train.qa.data import load_qa_dataset
+from blockbert_hf.train.qa.postprocessing import normalize_answer, token_f1
 
 from .grid import ComparisonConfig
 

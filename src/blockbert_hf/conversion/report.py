@@ -9,9 +9,9 @@ from pathlib import Path
 
 import torch
 
-from ..model_card import conversion_model_card, is_hub_id, write_model_card
-from ..modeling_blockbert import BlockBertModel
+from ..model.modeling_blockbert import BlockBertModel
 from ..saving import atomic_directory, check_output_keeps_inputs
+from ..train.model_card import conversion_model_card, is_hub_id, write_model_card
 from .errors import ConversionError
 from .verification import TextCoverage, VerificationCheck
 from .weights import ConvertedCheckpoint
@@ -114,7 +114,9 @@ def check_output_dir(
 ) -> None:
     """Refuses, before any work, an OUTPUT_DIR the conversion must not or cannot write: one that is or holds one of
     `inputs` (option name -> path; `OutputOverwritesInputError`, with or without `overwrite`), a non-empty folder
-    without `overwrite`, a file, or a folder under one this user cannot write to (`ConversionError`)."""
+    without `overwrite`, a file, or a folder under one this user cannot write to (`ConversionError`). Not
+    `blockbert_hf.train.runs.check_output_dir`: a conversion writes one folder once, with no run arguments to compare
+    or checkpoints to resume, and needs no `train` extra; both refuse inputs with `check_output_keeps_inputs`."""
     output_dir = Path(output_dir)
     check_output_keeps_inputs(output_dir, inputs, output_name="OUTPUT_DIR")
     if output_dir.exists() and not output_dir.is_dir():

@@ -20,7 +20,7 @@ from transformers import (
     RobertaModel,
 )
 
-from ..configuration_blockbert import BlockBertConfig, default_heads_per_shift, parse_heads_per_shift
+from ..model.configuration_blockbert import BlockBertConfig, default_heads_per_shift, parse_heads_per_shift
 from ..tokenization import special_tokens_only
 from .errors import ConversionError, TokenizerError
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from ..configuration_blockbert import BlockBertConfig
-from ..modeling_blockbert import BlockBertModel, BlockBertPreTrainedModel
+from ..model.configuration_blockbert import BlockBertConfig
+from ..model.modeling_blockbert import BlockBertModel, BlockBertPreTrainedModel
 from ..tokenization import read_text_lines
 from .errors import ConversionError, TokenizerError
 from .weights import ConvertedCheckpoint

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from ..configuration_blockbert import BlockBertConfig
-from ..modeling_blockbert import BlockBertForMaskedLM, BlockBertModel, BlockBertPreTrainedModel
+from ..model.configuration_blockbert import BlockBertConfig
+from ..model.modeling_blockbert import BlockBertForMaskedLM, BlockBertModel, BlockBertPreTrainedModel
 from ..tokenization import match_tokenizer_to_config
 from .errors import ConversionError
 from .source import (
