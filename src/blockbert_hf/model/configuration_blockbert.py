@@ -43,7 +43,6 @@ AUTO_MAP = {
 # transformers 5 has no built-in "question-answering" pipeline: every saved folder carries ours (the modeling file
 # imports it, so transformers copies it beside the model), found by
 # `pipeline("question-answering", model=folder, trust_remote_code=True)` through this entry of config.json.
-QA_PIPELINE_FILE = "pipeline_question_answering.py"
 CUSTOM_PIPELINES = {
     "question-answering": {
         "impl": "pipeline_question_answering.ExtractiveQuestionAnsweringPipeline",
