@@ -17,7 +17,6 @@ import torch
 from conftest import CARRIED_CODE_FILES, REPO_ROOT
 
 
-REMOTE_CODE_FILES = CARRIED_CODE_FILES
 CONTEXT = "The battleship was launched in 1912 and served in both world wars. " * 6
 # Every module of the installed package: saving and tokenization helpers, what a saved folder carries (model/),
 # conversion, export (onnx/) and the training library (train/).
@@ -207,7 +206,7 @@ def test_wheel_installs_in_a_clean_environment_and_saved_folders_load_without_it
     # The package imported is the installed wheel, not this checkout's src/.
     assert Path(where["prefix"]).resolve() == venv.resolve()
     assert Path(where["package"]).resolve().is_relative_to(venv.resolve())
-    assert REMOTE_CODE_FILES <= {path.name for path in folder.iterdir()}
+    assert CARRIED_CODE_FILES <= {path.name for path in folder.iterdir()}
 
     _run([python, "-m", "pip", "uninstall", "-y", "-q", "blockbert-hf"], env=environment)
     again = tmp_path / "saved-again"
@@ -229,6 +228,6 @@ def test_wheel_installs_in_a_clean_environment_and_saved_folders_load_without_it
     model_class, pipeline_class, answer, reloaded_class = json.loads(loaded)
     assert model_class == reloaded_class == "BlockBertForQuestionAnswering"
     assert pipeline_class == "ExtractiveQuestionAnsweringPipeline"
-    assert REMOTE_CODE_FILES | {"notes.txt", "config.json", "model.safetensors"} <= {p.name for p in again.iterdir()}
+    assert CARRIED_CODE_FILES | {"notes.txt", "config.json", "model.safetensors"} <= {p.name for p in again.iterdir()}
     assert set(answer) == {"score", "start", "end", "answer"} and 0 <= answer["score"] <= 1
     assert CONTEXT[answer["start"] : answer["end"]] == answer["answer"]

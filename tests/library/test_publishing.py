@@ -16,8 +16,7 @@ from blockbert_hf import BlockBertForQuestionAnswering, BlockBertForSequenceClas
 from blockbert_hf.tokenization import match_tokenizer_to_config
 
 
-CODE_FILES = CARRIED_CODE_FILES
-MODEL_FILES = {"config.json", "model.safetensors"} | CODE_FILES
+MODEL_FILES = {"config.json", "model.safetensors"} | CARRIED_CODE_FILES
 TOKENIZER_FILES = {"tokenizer.json", "tokenizer_config.json"}
 RUN_CARD = "---\nlicense: apache-2.0\nbase_model: someone/source-model\n---\n\n# A fine-tuned BlockBERT\n\nF1 51.2\n"
 

@@ -29,6 +29,17 @@ FORBIDDEN_CALLS = {
 }  # fmt: skip
 
 
+def absolute_imports(source: str) -> set[str]:
+    """The top-level packages `source` imports by absolute imports."""
+    imported = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            imported.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            imported.add(node.module.split(".")[0])
+    return imported
+
+
 def violations(source: str, siblings: set[str]) -> list[str]:
     """What in `source` the carried code may not do: an import outside `ALLOWED_MODULES`, a relative import of a file
     that is not one of `siblings` (module names), a call of `FORBIDDEN_BUILTINS` or named in `FORBIDDEN_CALLS`."""
@@ -68,13 +79,7 @@ def test_the_carried_code_imports_and_calls_only_what_runs_a_model():
 
 def test_the_packages_the_carried_code_imports_are_torch_transformers_and_what_transformers_requires():
     """A folder loaded with `trust_remote_code` must run where only torch and transformers are installed."""
-    imported = set()
-    for name in CARRIED_CODE_FILES:
-        for node in ast.walk(ast.parse((MODEL_FOLDER / name).read_text())):
-            if isinstance(node, ast.Import):
-                imported.update(alias.name.split(".")[0] for alias in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.level == 0:
-                imported.add(node.module.split(".")[0])
+    imported = set().union(*(absolute_imports((MODEL_FOLDER / name).read_text()) for name in CARRIED_CODE_FILES))
     requirements = importlib.metadata.requires("transformers")
     required = {
         re.split(r"[ <>=!~;\[]", line)[0].lower().replace("-", "_") for line in requirements if "extra ==" not in line

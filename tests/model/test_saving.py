@@ -36,7 +36,6 @@ HEAD_CLASSES = [
     BlockBertForSequenceClassification,
     BlockBertForTokenClassification,
 ]
-REMOTE_CODE_FILES = CARRIED_CODE_FILES
 V01_FOLDER = REPO_ROOT / "tests" / "fixtures" / "blockbert-mlm-v0.1"
 V01_EXPECTED = REPO_ROOT / "tests" / "fixtures" / "blockbert-mlm-v0.1-expected.safetensors"
 
@@ -66,7 +65,7 @@ def test_a_saved_folder_carries_its_code_and_keeps_weights_tied(tmp_path):
     model = BlockBertForMaskedLM(tiny_config()).eval()
     assert model.lm_head.decoder.weight.data_ptr() == model.roberta.embeddings.word_embeddings.weight.data_ptr()
     model.save_pretrained(tmp_path)
-    assert REMOTE_CODE_FILES | {"model.safetensors", "config.json"} == {path.name for path in tmp_path.iterdir()}
+    assert CARRIED_CODE_FILES | {"model.safetensors", "config.json"} == {path.name for path in tmp_path.iterdir()}
     auto_map = json.loads((tmp_path / "config.json").read_text())["auto_map"]
     assert set(auto_map) >= {
         "AutoConfig",
@@ -90,7 +89,7 @@ def test_trust_remote_code_without_the_package(tmp_path, tokenizer):
     model = BlockBertForMaskedLM(config).eval()
     match_tokenizer_to_config(tokenizer, config)
     save_atomically(tmp_path / "model", model.save_pretrained, tokenizer.save_pretrained)
-    assert REMOTE_CODE_FILES <= {path.name for path in (tmp_path / "model").iterdir()}
+    assert CARRIED_CODE_FILES <= {path.name for path in (tmp_path / "model").iterdir()}
     (tmp_path / "again").mkdir()
     (tmp_path / "again" / "notes.txt").write_text("kept")
     input_ids, attention_mask = random_batch([20, 9], 20, vocab_size=len(tokenizer))
@@ -152,7 +151,7 @@ def test_trust_remote_code_without_the_package(tmp_path, tokenizer):
         assert name in lines
     assert value("model_max_length") == "64", result.stdout
     # transformers' save wrote the new folder: everything the model carries, the old file kept.
-    assert set(value("saved_again").split()) == REMOTE_CODE_FILES | {"config.json", "model.safetensors", "notes.txt"}
+    assert set(value("saved_again").split()) == CARRIED_CODE_FILES | {"config.json", "model.safetensors", "notes.txt"}
     assert value("pipeline_again") == "ExtractiveQuestionAnsweringPipeline ['answer', 'end', 'score', 'start']"
     assert sorted(path.name for path in tmp_path.iterdir()) == ["again", "io.pt", "model"]  # no staging left
 
