@@ -75,6 +75,10 @@ def config_overrides(cell: Cell, adapted: BlockBertConfig) -> dict:
     overrides = {key: value for key, value in wanted.items() if getattr(adapted, key) != value}
     if "num_blocks" in overrides and "heads_per_shift" not in overrides:
         overrides["heads_per_shift"] = None  # the default split of the new n
+    if overrides.get("block_relative_positions"):
+        # Positions restarting in each block: the blocks of the cell's N (a block-relative block size would
+        # otherwise default to all the position rows, and N to n times them).
+        overrides["block_size"] = cell.max_seq_length // cell.num_blocks
     return overrides
 
 
@@ -85,7 +89,7 @@ def adapted_config(cell: Cell, source: Path) -> tuple[BlockBertConfig, dict]:
     overrides = config_overrides(cell, config)
     if overrides:
         fields = {**config.to_dict(), **overrides}
-        if "num_blocks" in overrides or "block_relative_positions" in overrides:
+        if ("num_blocks" in overrides or "block_relative_positions" in overrides) and "block_size" not in overrides:
             fields["block_size"] = None  # re-derived for the new blocks
         config = BlockBertConfig.from_dict(fields)
     if config.max_sequence_length != cell.max_seq_length:

@@ -13,6 +13,7 @@ import numpy as np
 
 from blockbert_hf.saving import write_file_atomically, write_json_atomically
 
+from .answer_blocks import ANSWER_BLOCKS_FILE
 from .grid import ComparisonConfig
 from .layout import read_json
 from .scores import paired_article_bootstrap
@@ -26,12 +27,16 @@ ARMS = {
     "b": ("n512_n2_10-2", "n = 2 (10:2), converted"),
     "c": ("n512_n2_10-2_distilled", "n = 2 from the self-distilled encoder"),
     "d": ("n512_n2_10-2_distilled_kd", "(c) task-distilled from (a)"),
+    "e": ("n512_n2_10-2_distilled_prefixed", "(c) with the question prefixed to each block"),
 }
+DISTILLED_ARMS = ("c", "d", "e")  # in the order of the choice: a later arm must beat the one kept by more than TIE
 SETS = ("dev_paragraph", "dev_window_512", "paragraph", "window_512")
 CHOICE_SET = "dev_window_512"  # the distilled arm is chosen here, on seed 0
-TIE = 0.5  # F1 within which (c), the simpler arm, is kept
+TIE = 0.5  # F1 within which the arm kept so far, the simpler, stays
 TARGET, GOAL = 5.0, 2.0  # (a) minus the distilled arm on window_512, F1 points
 TARGET_SET = "window_512"
+BLOCK = 256  # tokens of a block of n = 2 at N = 512
+SECOND_AMENDMENT = "../../../docs/long_document_decision_rule.md#second-amendment-a-question-prefixed-arm-in-stage-a"
 
 
 def arm_cells(results_dir: Path) -> dict[str, dict[int, dict]]:
@@ -65,12 +70,15 @@ def seed_spread(cells: Mapping[int, dict], test_set: str) -> float | None:
 
 
 def distilled_choice(arms: Mapping[str, Mapping[int, dict]]) -> dict:
-    """The better of (c) and (d) by seed-0 F1 on the dev articles' filled contexts; (c) unless (d) is more than `TIE`
-    above it. Undecided until both have that set."""
-    f1 = {arm: arms[arm].get(0, {}).get("sets", {}).get(CHOICE_SET, {}).get("f1") for arm in ("c", "d")}
+    """The best of (c), (d) and (e) by seed-0 F1 on the dev articles' filled contexts, taken in that order: a later
+    arm replaces the one kept only when more than `TIE` above it. Undecided until all three have that set."""
+    f1 = {arm: arms[arm].get(0, {}).get("sets", {}).get(CHOICE_SET, {}).get("f1") for arm in DISTILLED_ARMS}
     if None in f1.values():
         return {"arm": None, "dev_f1": f1}
-    return {"arm": "d" if f1["d"] > f1["c"] + TIE else "c", "dev_f1": f1}
+    kept = DISTILLED_ARMS[0]
+    for arm in DISTILLED_ARMS[1:]:
+        kept = arm if f1[arm] > f1[kept] + TIE else kept
+    return {"arm": kept, "dev_f1": f1}
 
 
 def compare(arms, first: str, second: str, test_set: str, known_spread: float | None, articles, config) -> dict | None:
@@ -120,7 +128,7 @@ def stage_a_summary(config: ComparisonConfig, arms: Mapping[str, Mapping[int, di
     }
     comparisons = {}
     chosen = choice["arm"]
-    pairs = [("a", "b"), ("a", "c"), ("a", "d"), ("c", "b"), ("d", "b")]
+    pairs = [("a", "b"), *(("a", arm) for arm in DISTILLED_ARMS), *((arm, "b") for arm in DISTILLED_ARMS)]
     for test_set in ("window_512", "paragraph"):
         measured = [spread for entry in table.values() if (spread := entry["seed_spread"].get(test_set)) is not None]
         known = max(measured, default=None)
@@ -140,7 +148,35 @@ def stage_a_summary(config: ComparisonConfig, arms: Mapping[str, Mapping[int, di
             "with_confidence": gap["high"] <= TARGET,
         }
     cells = [cell["cell"]["name"] for entry in arms.values() for cell in entry.values()]
-    return {"cells": cells, "arms": table, "choice": choice, "comparisons": comparisons, "verdict": verdict}
+    by_block = f1_by_answer_block(arms, read_json(Path(config.results_dir) / ANSWER_BLOCKS_FILE))
+    return {
+        "cells": cells, "arms": table, "choice": choice, "comparisons": comparisons, "verdict": verdict,
+        "f1_by_answer_block": by_block,
+    }  # fmt: skip
+
+
+def f1_by_answer_block(arms: Mapping[str, Mapping[int, dict]], positions: Mapping | None) -> dict:
+    """Per filled set and arm, seed-averaged F1 where the answer starts in the first `BLOCK` tokens of its
+    question-first window and where it starts past them (`answer_blocks.json`; sets whose questions differ from the
+    scored ones are left out)."""
+    result = {}
+    for test_set, entry in ((positions or {}).get("sets") or {}).items():
+        tokens = entry["answer_token"]
+        halves = {
+            "first": np.array([token is not None and token < BLOCK for token in tokens]),
+            "second": np.array([token is not None and token >= BLOCK for token in tokens]),
+        }
+        by_arm = {}
+        for arm, cells in arms.items():
+            scored = [cell for cell in cells.values() if test_set in cell["scores"]]
+            if not scored or any(cell["scores"][test_set]["ids_sha256"] != entry["ids_sha256"] for cell in scored):
+                continue
+            mean = seed_mean(cells, test_set)
+            by_arm[arm] = {half: float(mean[mask].mean()) for half, mask in halves.items()}
+        if by_arm:
+            counts = {half: int(mask.sum()) for half, mask in halves.items()}
+            result[test_set] = {"questions": counts, "f1": by_arm}
+    return result
 
 
 def _number(value: float | None, digits: int = 1) -> str:
@@ -180,11 +216,11 @@ def _verdict_text(summary: Mapping) -> str:
     choice, verdict = summary["choice"], summary["verdict"]
     dev = ", ".join(f"({arm}) {_number(f1)}" for arm, f1 in choice["dev_f1"].items())
     if choice["arm"] is None:
-        text = f"The distilled arm is not chosen yet: (c) and (d) both need seed-0 F1 on `{CHOICE_SET}` ({dev})."
+        text = f"The distilled arm is not chosen yet: (c), (d) and (e) all need seed-0 F1 on `{CHOICE_SET}` ({dev})."
     else:
         text = (
-            f"**The distilled arm is ({choice['arm']})**: seed-0 F1 on `{CHOICE_SET}` {dev}; (d) is chosen only when "
-            f"it is more than {TIE} above (c)."
+            f"**The distilled arm is ({choice['arm']})**: seed-0 F1 on `{CHOICE_SET}` {dev}; taken in that order, an "
+            f"arm replaces the one kept only when it is more than {TIE} above it."
         )
     if verdict is None:
         return text + " The target's verdict waits for (a) and the distilled arm on the test sets."
@@ -195,6 +231,19 @@ def _verdict_text(summary: Mapping) -> str:
         f"{'met' if verdict['goal_met'] else 'missed'}; the interval's upper end "
         f"{'is' if verdict['with_confidence'] else 'is not'} within {TARGET:g}."
     )
+
+
+def _answer_block_table(summary: Mapping) -> str:
+    by_block = summary["f1_by_answer_block"]
+    if not by_block:
+        return f"No `{ANSWER_BLOCKS_FILE}` for the scored questions yet."
+    rows = ["| set | answer starts | questions | " + " | ".join(f"({arm})" for arm in ARMS) + " |"]
+    rows.append("|" + "---|" * (len(ARMS) + 3))
+    for test_set, entry in by_block.items():
+        for half, where in (("first", f"in tokens 0-{BLOCK - 1}"), ("second", f"at token {BLOCK} or later")):
+            f1 = [_number(entry["f1"][arm][half]) if arm in entry["f1"] else "-" for arm in ARMS]
+            rows.append(f"| {test_set} | {where} | {entry['questions'][half]:,} | {' | '.join(f1)} |")
+    return "\n".join(rows)
 
 
 def _commands(arms: Mapping[str, Mapping[int, dict]]) -> str:
@@ -211,12 +260,14 @@ def write_stage_a_report(config: ComparisonConfig) -> dict:
     arms = arm_cells(folder)
     summary = stage_a_summary(config, arms)
     cells = [cell for entry in arms.values() for cell in entry.values()]
+    answer_blocks_command = (read_json(folder / ANSWER_BLOCKS_FILE) or {}).get("command", "-")
     machines = sorted({machine for cell in cells for machine in cell["train"]["machines"]})
     text = f"""# Stage A: distilling a converted encoder into its blockwise self, at N = 512
 
 Written from the cells finished so far by `python experiments/qa_comparison.py report --grid distilled_table4
 --results_dir results/distillation/stage_a`, under the rule fixed before their test runs
-([the amendment](../../../docs/long_document_decision_rule.md#amendment-the-distillation-comparison-on-a-2-core-cpu)).
+([the amendment](../../../docs/long_document_decision_rule.md#amendment-the-distillation-comparison-on-a-2-core-cpu));
+(e) was added by [a second amendment]({SECOND_AMENDMENT}) after (a) and (c) had test results, and before it ran.
 Every cell starts from all-MiniLM-L6-v2 (converted, or self-distilled as [results/distillation](../README.md)
 describes), fine-tunes 2 epochs at learning rate 2e-4, batch 16, fp32, on the first half's questions with contexts
 filled to 512 tokens, and is scored with null-relative window scoring on the dev articles, then on the test half's
@@ -231,6 +282,15 @@ Machines: {"; ".join(machines) or "none yet"}.
 ## The choice and the target
 
 {_verdict_text(summary)}
+
+## F1 by where the answer starts
+
+On the contexts filled to 512 tokens, seed-averaged F1 split by the token where the first answer starts in its
+question-first window of 512 (`{ANSWER_BLOCKS_FILE}`, made by `{answer_blocks_command}`). With n = 2 in that layout,
+tokens from {BLOCK} on form the second block, which reads the question only through the 2 heads of 12 shifted by one.
+The split is a diagnostic, not part of the rule.
+
+{_answer_block_table(summary)}
 
 ## Differences
 

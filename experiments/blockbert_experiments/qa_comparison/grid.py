@@ -270,9 +270,16 @@ def _stage_a_cell(name: str, pattern: str, num_blocks=1, heads=None, seed=0, **d
     return replace(cell, eval_sets=STAGE_A_SETS, **STAGE_A_RECIPE, **distillation)
 
 
-def _stage_a_distilled(name: str, seed: int, task_distilled: bool) -> Cell:
+def _stage_a_distilled(name: str, seed: int, task_distilled: bool = False, prefixed: bool = False) -> Cell:
     teacher = "n512_full_seed0" if task_distilled else None
-    return _stage_a_cell(name, "blockwise", 2, "10:2", seed, distilled_from=DISTILLED_ENCODER_N512, teacher=teacher)
+    layout = dict(window_layout="question_prefixed_blocks", block_relative_positions=True) if prefixed else {}
+    return _stage_a_cell(
+        name, "blockwise", 2, "10:2", seed, distilled_from=DISTILLED_ENCODER_N512, teacher=teacher, **layout
+    )
+
+
+# (e), added after (a) and (c) had test results (the rule's second amendment): (c) with the question prefixed to both
+# blocks of 256 and positions restarting in each, so that the second block reads the question in every head.
 
 
 DISTILLED_TABLE4_GRID: tuple[Cell, ...] = (
@@ -283,6 +290,8 @@ DISTILLED_TABLE4_GRID: tuple[Cell, ...] = (
     _stage_a_cell("n512_full_seed1", "full", seed=1),
     _stage_a_distilled("n512_n2_10-2_distilled_seed1", 1, task_distilled=False),  # only if (c) is chosen
     _stage_a_distilled("n512_n2_10-2_distilled_kd_seed1", 1, task_distilled=True),  # only if (d) is chosen
+    _stage_a_distilled("n512_n2_10-2_distilled_prefixed_seed0", 0, prefixed=True),  # (e)
+    _stage_a_distilled("n512_n2_10-2_distilled_prefixed_seed1", 1, prefixed=True),  # only if (e) is chosen
 )
 
 # The adapted grids' baselines, which replace the default --baseline: the adapted full-attention control at N = 512.
