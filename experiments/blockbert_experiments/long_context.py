@@ -1,32 +1,15 @@
-"""Long-context QA sets built from one SQuAD-format file: questions whose context is their answer paragraph filled with
-the neighbouring paragraphs of the same article up to a token budget T, so that context length is what varies.
+"""Long-context QA sets built from one SQuAD-format file: each question's answer paragraph filled with neighbouring
+paragraphs of its article up to a token budget T, so that context length is what varies.
 
-The file's articles are split into two halves (`split_squad_articles`). A few named articles of the first half
-(`LongContextConfig.dev_titles`) are held out of it as the dev half, for recipe selection (`hold_out_dev_articles`).
-The rest of the first half gives the training sets: `train_<N>` (contexts filled to N tokens) and `train_article` (the
-whole article as context, for training on sampled windows). The dev half gives `dev_paragraph`, `dev_window_<T>` and
-`dev_article` (every dev question). The second half gives the test sets: `paragraph` (the answer paragraph as it is),
-`sweep_<T>` (the same seeded sample of questions, contexts filled to each T), `window_<T>` (every question, its context
-filled so that question, special tokens and context fit one window of T tokens) and `article` (a seeded sample, the
-whole article as context). `build_long_context_sets` writes them as SQuAD-format files with a manifest and the
-token-length distribution of every set.
-
-Filling: paragraphs are joined with `SEPARATOR`; their token counts (context alone, no special tokens) decide which fit.
-Each question draws a seeded fraction in [0, 1) that places its answer paragraph: about that share of the room left by
-the answer paragraph goes to the paragraphs before it, then paragraphs after it and, when the article ends, more before
-it are added while the total stays within T. A filled context is therefore at most T tokens and, unless it is the
-whole article, less than one paragraph short of T. The same fraction is used at every T. The window sets fill each
-context to its own budget, T less the question's tokens (after `.lstrip()`, as the windows of `examples/run_qa.py`
-take it) and the tokenizer's special tokens of a pair.
+The articles are split into halves: the first half (less the dev articles, `--dev_titles`) gives the training sets
+`train_<N>` and `train_article`, the dev articles `dev_paragraph`, `dev_window_<T>` and `dev_article`, the second half
+the test sets `paragraph`, `sweep_<T>`, `window_<T>` and `article`. How contexts are filled and what each set holds:
+docs/qa_long_context_data.md.
 
     python experiments/build_long_context_qa.py --squad_file path/to/dev-v1.1.json.gz \\
         --tokenizer TOKENIZER_FOLDER --output_dir outputs/long_qa_data
 
-The committed sets come from SQuAD v1.1 dev (dev-v1.1.json.gz, CC BY-SA 4.0; the repository ships two of its articles
-in data/samples/squad_v1.1_dev_sample.json). The default --dev_titles are articles of that file; for another file name
-its own first-half articles, or pass --dev_titles none for no dev split. Writes OUTPUT_DIR/<set>.json (SQuAD format,
-for examples/run_qa.py --train_file/--validation_file), manifest.json, stats.json and stats.md (context token lengths
-under the tokenizer). See docs/qa_long_context_data.md.
+Writes OUTPUT_DIR/<set>.json (SQuAD format, for examples/run_qa.py), manifest.json, stats.json and stats.md.
 """
 
 import json

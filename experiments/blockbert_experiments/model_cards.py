@@ -1,27 +1,21 @@
-"""Write Hub model cards (README.md with YAML metadata) from what this repository measured.
+"""Hub model cards (README.md with YAML metadata) from what this repository measured, written through the library's
+card writer (`blockbert_hf.train.model_card`: `sections_card` assembles them, `write_model_card` parses a card back as
+the Hub does before it saves it).
 
-A fine-tuned model of the long-context QA comparison: its trained folder and the cell's results file.
+A model the long-context QA comparison fine-tuned, from its trained folder and its cell's results file:
 
     python experiments/write_model_card.py --name minilm-blockbert-n2-512-longqa \\
         --model_dir outputs/qa_comparison/cells/n512_n2_10-2_seed0/train/model \\
         --results_file results/qa_comparison/n512_n2_10-2_seed0/results.json
 
-The model `make demo` fine-tuned: its folder and the demo's results file.
-
-    python experiments/write_model_card.py --name blockbert-minilm-demo --model_dir outputs/demo/qa/model \\
-        --demo_results outputs/demo/results.json
-
-Recipe cards ("no weights published") of the paper's configurations (blockbert-base-n2, blockbert-base-n2-1024,
-blockbert-base-n3, or all), with what this repository's QA comparison (results/qa_comparison/results.json) measured for
-the nearest configuration without continued pre-training:
+The model `make demo` fine-tuned: `--demo_results outputs/demo/results.json` instead of `--results_file`. Recipe cards
+("no weights published") of the paper's configurations (blockbert-base-n2, blockbert-base-n2-1024, blockbert-base-n3,
+or all), with what the QA comparison measured for the nearest configuration without continued pre-training:
 
     python experiments/write_model_card.py --recipes all
 
-Each card goes to OUTPUT_DIR/<name>/README.md (written atomically; a card there is regenerated). Every number in a
-measured card is read from the results file, whose path the card records (`results_file` in its metadata) relative to
-the repository (a file elsewhere: relative to the current folder, else by its name alone). The YAML, the assembly and
-the writer (which parses a card back as the Hub does before it saves it) are the library's
-`blockbert_hf.train.model_card`.
+Each card goes to OUTPUT_DIR/<name>/README.md. Every number on a measured card is read from the results file, whose
+path the card records (`results_file` in its metadata, relative to the repository).
 """
 
 import json
@@ -41,7 +35,7 @@ from blockbert_benchmarks.measuring.machine import hardware_text, recorded_path
 from blockbert_hf.conversion import REPORT_FILE
 from blockbert_hf.model.configuration_blockbert import BlockBertConfig, parse_heads_per_shift
 from blockbert_hf.saving import OutputOverwritesInputError, check_output_keeps_inputs
-from blockbert_hf.train.model_card import CITATION, assemble_card, markdown_table, write_model_card
+from blockbert_hf.train.model_card import markdown_table, model_rows, sections_card, write_model_card
 from blockbert_hf.train.runs import HelpFormatter
 
 from .minilm import MINILM_DEFINITION, MINILM_HUB_ID, MINILM_LICENSE, MINILM_SHA256, MINILM_VARIABLE
@@ -49,48 +43,55 @@ from .qa_comparison.layout import DATA_DIR_VARIABLE, WORK_DIR_VARIABLE
 from .qa_comparison.scores import configuration_key, equal_window_pairs, sliding_window_pairs
 
 
-REPOSITORY = "blockbert-hf"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ROBERTA_BASE = "FacebookAI/roberta-base"
 SQUAD = "rajpurkar/squad"
-# Source weights a measured model may start from, by the sha256 of their model.safetensors (as its results file
-# records it): the Hub id to name as base_model and the weights' license.
+# Source weights by the sha256 of their model.safetensors (as a results file records it): Hub id and license.
 KNOWN_BASE_MODELS = {MINILM_SHA256: (MINILM_HUB_ID, MINILM_LICENSE)}
-QA_ARCHITECTURE = "BlockBertForQuestionAnswering"  # what fine-tuning for extractive QA saves
+QA_ARCHITECTURE = "BlockBertForQuestionAnswering"
 METRICS = {"exact_match": "Exact match", "f1": "F1"}  # results key (the Hub's metric type) -> display name
-COMPARISON_REPORT = Path("results/qa_comparison/results.json")  # relative to the repository root
+COMPARISON_REPORT = Path("results/qa_comparison/results.json")
 DEMO_KIND = "blockbert-hf demo"
 HELD_OUT_SETS = ("own_paragraph", "whole_document")
-RATIOS_TO_FULL = ("time_ratio_to_full", "memory_ratio_to_full")
-# The folders the recorded commands name rather than give (`qa_comparison.layout.recorded_names`).
-COMMAND_VARIABLES = {
-    MINILM_VARIABLE: "the model folder of the installed all-MiniLM-L6-v2, set by the first line",
-    DATA_DIR_VARIABLE: "the folder of the long-context sets (`experiments/build_long_context_qa.py`)",
-    WORK_DIR_VARIABLE: "the comparison's work folder (converted models, checkpoints, predictions)",
+COMMAND_VARIABLES = {  # the folders the recorded commands name rather than give
+    MINILM_VARIABLE: "the installed all-MiniLM-L6-v2 (the first line sets it)",
+    DATA_DIR_VARIABLE: "the long-context sets (`experiments/build_long_context_qa.py`)",
+    WORK_DIR_VARIABLE: "the comparison's work folder",
 }
-ATTENTION_ROLES = {
-    "full": "full attention (the paper's RoBERTa-1seq role)",
-    "sparse_fixed": "the sparse fixed pattern (the paper's SparseBERT role)",
-}
-_table = markdown_table
+ATTENTION_ROLES = {"full": "full attention (the paper's RoBERTa-1seq role)", "sparse_fixed": "the sparse fixed pattern"}
+USAGE = """```python
+from transformers import pipeline
+
+# contexts of any length: windows of N tokens overlapping by doc_stride, the best span over all windows
+qa = pipeline("question-answering", model="path/to/{name}", trust_remote_code=True)
+qa(question="Who founded the company?", context=open("document.txt").read())
+```"""
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# What every card shares
-# ---------------------------------------------------------------------------------------------------------------------
-
-
-def _generated_note(source: str) -> str:
-    script = f"{REPOSITORY}'s experiments/write_model_card.py"
-    return f"<!-- Generated by {script} {source}. Edit the generator, not this file. -->"
+def _note(source: str) -> str:
+    return f"<!-- Generated by blockbert-hf's experiments/write_model_card.py {source}. Edit the generator. -->"
 
 
 def _bullets(items: Sequence[str]) -> str:
     return "\n".join(f"- {item}" for item in items)
 
 
-def _heads_text(heads: Sequence[int]) -> str:
+def _heads(heads: Sequence[int]) -> str:
     return ":".join(str(count) for count in heads)
+
+
+def _limitations(block_size: int | None, num_blocks: int, heads: Sequence[int], max_seq_length: int) -> list[str]:
+    """What the attention rules (docs/attention.md) mean for a user of this configuration."""
+    items = []
+    if block_size is not None and num_blocks > 1:
+        items.append(
+            f"An input of at most b = {block_size} tokens gets full attention in the {heads[0]} shift-0 heads and "
+            f"zero output in the {sum(heads[1:])} shifted head(s) of every layer (their partner block is empty)."
+        )
+    return items + [
+        f"Inputs must be right-padded and at most N = {max_seq_length:,} tokens; longer documents go through the QA "
+        "pipeline the folder carries (windows of N tokens).",
+    ]
 
 
 def write_card(card: ModelCard, output_dir: str | os.PathLike, name: str) -> Path:
@@ -100,99 +101,53 @@ def write_card(card: ModelCard, output_dir: str | os.PathLike, name: str) -> Pat
     return write_model_card(card, Path(output_dir) / name)
 
 
-def _limitations(block_size: int | None, num_blocks: int, heads: Sequence[int], max_seq_length: int) -> list[str]:
-    """What the attention rules of docs/attention.md mean for a user of this configuration."""
-    items = []
-    if block_size is not None and num_blocks > 1:
-        items.append(
-            f"A query whose partner block is empty (past the end of a short input, or only padding) gets a zero "
-            f"output from that head. An input of at most b = {block_size} tokens therefore sees full attention in "
-            f"the {heads[0]} shift-0 heads and zero output in the {sum(heads[1:])} shifted head(s) of every layer."
-        )
-    return items + [
-        'Batches must be padded on the **right** (`tokenizer.padding_side = "right"`); a left-padded '
-        "`attention_mask` is an error.",
-        f"Inputs longer than N = {max_seq_length:,} tokens are an error; for longer documents use the QA pipeline "
-        "the folder carries (windows of N tokens overlapping by `doc_stride`), or convert with a longer "
-        "`--max_seq_length`.",
-        "`output_attentions=True` needs the eager kernel, and there is no FlashAttention kernel. `torch.export` and "
-        "ONNX (`examples/export_onnx.py`) serve every length up to N (blockwise: two programs, split at the block "
-        "size, in one ONNX file); `torch.jit.trace` serves the traced length only.",
-    ]
-
-
-def _read_json_object(path: Path, writer: str) -> dict:
-    """The JSON object in a results file, with an error naming the file (`writer`: what writes such files)."""
+def _read_results(path: Path) -> dict:
     if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist: pass the results file {writer} wrote.")
-    try:
-        results = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path} is not JSON ({error}): pass the results file {writer} wrote.") from None
+        raise FileNotFoundError(f"{path} does not exist: pass the results file the experiment wrote.")
+    results = json.loads(path.read_text(encoding="utf-8"))
     if not isinstance(results, dict):
-        raise ValueError(f"{path} holds a JSON {type(results).__name__}, not the object {writer} writes.")
+        raise ValueError(f"{path} holds a JSON {type(results).__name__}, not a results object.")
     return results
 
 
-def _fine_tuned_config(model_dir: Path, results_file: Path, expected: Mapping, which: str) -> BlockBertConfig:
-    """The configuration of the fine-tuned QA folder the results were measured on: BlockBERT, a question-answering
-    architecture, no `conversion_report.json` (a freshly converted folder has one) and the `expected` values
-    (attention_pattern, N, num_blocks, heads_per_shift as text). `which`: the folder to pass instead."""
-    path = model_dir / "config.json"
-    if not path.is_file():
+def _fine_tuned_config(model_dir: Path, results_path: Path, expected: Mapping) -> BlockBertConfig:
+    """The fine-tuned BlockBERT QA folder the results were measured on, with the `expected` values (attention_pattern,
+    N, num_blocks, heads_per_shift as text); not a freshly converted folder (it holds a conversion report)."""
+    if not (model_dir / "config.json").is_file():
         raise FileNotFoundError(f"{model_dir} is not a model folder (no config.json): pass the trained model folder.")
-    model_type = json.loads(path.read_text(encoding="utf-8")).get("model_type")
-    if model_type != "blockbert":
-        raise ValueError(
-            f"{path} is a {model_type!r} model, not BlockBERT: pass the BlockBERT folder that was trained."
-        )
+    if json.loads((model_dir / "config.json").read_text(encoding="utf-8")).get("model_type") != "blockbert":
+        raise ValueError(f"{model_dir} is not a BlockBERT model: pass the BlockBERT folder that was trained.")
     config = BlockBertConfig.from_pretrained(model_dir)
     found = {
         "attention_pattern": config.attention_pattern,
         "N": config.max_sequence_length,
         "num_blocks": config.num_blocks,
-        "heads_per_shift": _heads_text(config.heads_per_shift),
+        "heads_per_shift": _heads(config.heads_per_shift),
     }
-    differing = [
-        f"{key} {found[key]!r} in the folder, {value!r} in the results"
-        for key, value in expected.items()
-        if value != found[key]
-    ]
+    differing = [f"{key} {found[key]!r} in the folder, {value!r} in the results" for key, value in expected.items()
+                 if value != found[key]]  # fmt: skip
     if differing:
-        raise ValueError(f"{model_dir} is not the model of {results_file}: {', '.join(differing)}. Pass {which}.")
-    architectures = config.architectures or []
-    if QA_ARCHITECTURE not in architectures:
-        found_architecture = architectures[0] if architectures else "no architecture"
+        raise ValueError(f"{model_dir} is not the model of {results_path}: {', '.join(differing)}.")
+    if QA_ARCHITECTURE not in (config.architectures or []) or (model_dir / REPORT_FILE).is_file():
         raise ValueError(
-            f"{model_dir} is a {found_architecture!r} folder, not a fine-tuned question-answering model "
-            f"({QA_ARCHITECTURE}): {results_file} records the scores of the model fine-tuning saved. Pass {which}."
-        )
-    if (model_dir / REPORT_FILE).is_file():
-        raise ValueError(
-            f"{model_dir} holds {REPORT_FILE}: a freshly converted model, not the fine-tuned one whose scores "
-            f"{results_file} records. Pass {which}."
+            f"{model_dir} is not a fine-tuned question-answering model ({QA_ARCHITECTURE} without {REPORT_FILE}): "
+            "pass the folder fine-tuning saved."
         )
     return config
 
 
 def _base_model(results: Mapping, base_model: str | None, license: str | None) -> tuple[str, str]:
     """The starting weights' Hub id and license: as given, else looked up by the sha256 the results record."""
-    known = KNOWN_BASE_MODELS.get(results.get("source_model", {}).get("sha256"))
-    base_model = base_model or (known[0] if known else None)
-    license = license or (known[1] if known else None)
+    known = KNOWN_BASE_MODELS.get(results.get("source_model", {}).get("sha256"), (None, None))
+    base_model, license = base_model or known[0], license or known[1]
     if not base_model or not license:
-        source = results.get("source_model", {}).get("path", "an unknown source")
-        raise ValueError(
-            f"The results were measured on a model converted from {source}, whose Hub id and license are not known "
-            "here: pass --base_model HUB_ID and --license (e.g. apache-2.0)."
-        )
+        raise ValueError("The starting weights are not known here: pass --base_model HUB_ID and --license.")
     return base_model, license
 
 
 def _qa_card_data(name, base_model, license, tags, sets: Mapping[str, tuple[str, Mapping, Mapping]], results_file):
-    """The metadata of a fine-tuned extractive QA model measured on SQuAD; `sets`: test set -> (dataset name, extra
-    dataset args, scores with `METRICS`' keys). The Hub groups a model-index by (task, dataset, config, split): one
-    config per test set."""
+    """Metadata of a QA model measured on SQuAD; `sets`: test set -> (dataset name, extra dataset args, scores). The
+    Hub groups a model-index by (task, dataset, config, split): one config per test set."""
     eval_results = [
         EvalResult(
             task_type="question-answering",
@@ -224,75 +179,15 @@ def _qa_card_data(name, base_model, license, tags, sets: Mapping[str, tuple[str,
     )
 
 
-def _model_rows(config: BlockBertConfig, base_model: str) -> list[list[str]]:
-    rows = [
-        ["starting weights", f"[{base_model}](https://huggingface.co/{base_model})"],
-        ["architecture", f"{(config.architectures or ['BlockBERT'])[0]} ({REPOSITORY})"],
-        ["size", f"{config.num_hidden_layers} layers, hidden {config.hidden_size}, {config.num_attention_heads} heads"],
-        ["N (longest input)", f"{config.max_sequence_length:,} tokens"],
-        ["attention", config.attention_pattern],
-    ]
-    if config.attention_pattern == "blockwise":
-        rows += [
-            ["blocks n, block size b", f"{config.num_blocks}, {config.effective_block_size}"],
-            ["heads per shift", _heads_text(config.heads_per_shift)],
-        ]
+def _model_table(config: BlockBertConfig, base_model: str) -> str:
+    rows = [["starting weights", f"[{base_model}](https://huggingface.co/{base_model})"], *model_rows(config)]
     rows.append(["position embeddings", config.position_embedding_style])
     if getattr(config, "block_relative_positions", False):
         rows.append(["positions", "block-relative (restart at every block)"])
     layout = (getattr(config, "question_answering", None) or {}).get("window_layout")
     if layout:
         rows.append(["QA window layout", f"`{layout}`"])
-    return rows
-
-
-def _measured_body(name: str, config: BlockBertConfig, base_model: str, limitations: list[str], **sections) -> str:
-    """The body of a measured card: `sections` holds note, intro, results, more (sections after Results),
-    training, commands and use."""
-    return f"""
-{sections["note"]}
-
-# {name}
-
-{sections["intro"]}
-
-## Model
-
-{_table(["", ""], _model_rows(config, base_model))}
-## How to use
-
-```python
-from transformers import AutoModelForQuestionAnswering, AutoTokenizer, pipeline
-
-model = AutoModelForQuestionAnswering.from_pretrained("path/to/{name}", trust_remote_code=True)
-tokenizer = AutoTokenizer.from_pretrained("path/to/{name}", trust_remote_code=True)
-
-# contexts of any length: windows of N tokens overlapping by doc_stride, the best span over all windows
-qa = pipeline("question-answering", model="path/to/{name}", trust_remote_code=True)
-qa(question="Who founded the company?", context=open("document.txt").read())
-```
-
-## Results
-
-{sections["results"]}
-{sections["more"]}
-## Training
-
-{sections["training"]}
-## Commands
-
-{sections["commands"]}
-## Intended use
-
-{sections["use"]}
-
-## Limitations
-
-{_bullets([*_config_limitations(config), *limitations])}
-
-## Citation
-
-{CITATION}"""
+    return markdown_table(["", ""], rows)
 
 
 def _config_limitations(config: BlockBertConfig) -> list[str]:
@@ -306,23 +201,17 @@ def _config_limitations(config: BlockBertConfig) -> list[str]:
 
 
 def _set_description(name: str, measured: Mapping) -> str:
-    if name == "paragraph":
-        return "the answer paragraph as it is"
-    if name == "article":
-        return "the whole article"
-    if measured.get("target_tokens") and name.startswith("window_"):
-        return (
-            f"the answer paragraph, filled so that question and context fit one window of "
-            f"{measured['target_tokens']:,} tokens"
-        )
-    if measured.get("target_tokens"):
-        return f"the answer paragraph filled with neighbouring paragraphs to {measured['target_tokens']:,} tokens"
-    return name
+    target = measured.get("target_tokens")
+    if name in ("paragraph", "article"):
+        return {"paragraph": "the answer paragraph as it is", "article": "the whole article"}[name]
+    if target and name.startswith("window_"):
+        return f"the answer paragraph, filled so that question and context fit one window of {target:,} tokens"
+    return f"the answer paragraph filled with neighbouring paragraphs to {target:,} tokens" if target else name
 
 
 def _commands_by_step(commands: Sequence[str]) -> tuple[list[str], list[str], dict[str, str]]:
-    """(conversion commands, training commands, evaluation command per test set) from the commands as run; an
-    evaluation's test set is the last folder of its `--output_dir` (WORK_DIR/cells/<cell>/eval/<set>)."""
+    """(conversion commands, training commands, evaluation command per test set: the last folder of its
+    `--output_dir`) from the commands as run."""
     convert, train, evaluate = [], [], {}
     for command in commands:
         words = shlex.split(command)
@@ -336,49 +225,35 @@ def _commands_by_step(commands: Sequence[str]) -> tuple[list[str], list[str], di
 
 
 def _machine(results: Mapping) -> str:
-    """The hardware the cell trained (and was evaluated) on, from its recorded machines; else the CPU threads."""
-    recorded = hardware_text(results["train"].get("machines") or [])
-    return recorded or f"a CPU with {results['recipe']['threads']} thread(s)"
-
-
-def _epochs(results: Mapping) -> str:
-    epochs = results["recipe"]["num_train_epochs"]
-    return f"{epochs:g} epoch" + ("" if epochs == 1 else "s")
+    return hardware_text(results["train"].get("machines") or []) or f"a CPU, {results['recipe']['threads']} thread(s)"
 
 
 def _training_data(cell: Mapping) -> str:
     training_set = cell.get("train_set") or f"train_{cell['max_seq_length']}"
-    first_half = "the first half of SQuAD v1.1 dev (article-disjoint from every test set)"
+    first_half = "first half of SQuAD v1.1 dev"
     if training_set == "paragraphs":
-        return f"{first_half} with each question's paragraph as it is"
+        return f"{first_half}, each question's paragraph as it is"
     if training_set == "train_article":
         rate = cell.get("negative_window_rate")
         negatives = f" at rate {rate:g}" if rate is not None else ""
         return (
-            f"{first_half}, each question with its whole article as context: every window of N tokens that holds the "
-            f"answer, and windows without it{negatives}, labelled null (`{training_set}`)"
+            f"{first_half}, whole articles: windows with the answer, windows without it{negatives} (`{training_set}`)"
         )
-    return (
-        f"{first_half}, each context filled with neighbouring paragraphs of its article to "
-        f"{cell['max_seq_length']:,} tokens (`{training_set}`)"
-    )
+    return f"{first_half}, contexts filled to {cell['max_seq_length']:,} tokens (`{training_set}`)"
 
 
-def _training_text(results: Mapping, results_path: str) -> str:
+def _training_table(results: Mapping) -> str:
     cell, recipe, train = results["cell"], results["recipe"], results["train"]
     interrupted = f", {train['interrupted_attempts']} interrupted" if train.get("interrupted_attempts") else ""
     rows = [
         ["training data", _training_data(cell)],
         ["epochs", f"{recipe['num_train_epochs']:g}"],
-        [
-            "learning rate",
-            f"{recipe['learning_rate']:g}, {recipe['schedule']} schedule, warmup {recipe['warmup_ratio']:g}",
-        ],
+        ["learning rate", f"{recipe['learning_rate']:g}, {recipe['schedule']}, warmup {recipe['warmup_ratio']:g}"],
         [
             "batch",
-            f"{recipe['effective_batch_size']} windows ({recipe['per_device_train_batch_size']} x "
-            f"{recipe['gradient_accumulation_steps']} gradient accumulation)",
-        ],
+            f"{recipe['effective_batch_size']} ({recipe['per_device_train_batch_size']} x "
+            f"{recipe['gradient_accumulation_steps']} accumulation)",
+        ],  # fmt: skip
         ["windows", f"N tokens, doc_stride {recipe['doc_stride']}"],
         ["attention dropout", recipe.get("attention_probs_dropout_prob", "-")],
         ["seed", cell["seed"]],
@@ -389,28 +264,24 @@ def _training_text(results: Mapping, results_path: str) -> str:
         rows.append(["training peak memory (RSS)", f"{train['peak_rss_mb'] / 1024:.2f} GB"])
     if recipe.get("max_train_samples") is not None:
         rows.append(["**subset**", f"only the first {recipe['max_train_samples']} training questions"])
-    return f"Values from `{results_path}`.\n\n" + _table(["", ""], rows)
+    return markdown_table(["", ""], rows)
 
 
-def _results_text(results: Mapping, results_path: str, evaluations: Mapping[str, str]) -> str:
+def _results_text(results: Mapping, evaluations: Mapping[str, str]) -> str:
     rows = [
-        [
-            f"`{name}`",
-            _set_description(name, measured),
-            measured["questions"],
-            f"{measured['exact_match']:.2f}",
-            f"{measured['f1']:.2f}",
-            "-" if measured.get("seconds_per_question") is None else f"{measured['seconds_per_question']:.3f}",
-            "-" if not measured.get("peak_rss_mb") else f"{measured['peak_rss_mb'] / 1024:.2f}",
-        ]
+        [f"`{name}`", _set_description(name, measured), measured["questions"], f"{measured['exact_match']:.2f}",
+         f"{measured['f1']:.2f}",
+         "-" if measured.get("seconds_per_question") is None else f"{measured['seconds_per_question']:.3f}",
+         "-" if not measured.get("peak_rss_mb") else f"{measured['peak_rss_mb'] / 1024:.2f}"]
         for name, measured in results["sets"].items()
-    ]
+    ]  # fmt: skip
     text = (
-        f"Measured by `experiments/qa_comparison.py` (cell `{results['cell']['name']}`: {results['label']}); the "
-        f"values are copied from `{results_path}`. Test questions come from the second half of SQuAD v1.1 dev, whose "
-        "articles the model never saw in training; `sweep_<T>` sets hold the same questions at every T. Eval time is "
-        f"the forward pass per question on {_machine(results)}; memory is the evaluating process's peak RSS.\n\n"
-        + _table(["test set", "context", "questions", "EM", "F1", "eval s / question", "peak memory (GB)"], rows)
+        "Test questions from the second half of SQuAD v1.1 dev (articles unseen in training); `sweep_<T>` sets hold "
+        f"the same questions at every T. Eval time: forward pass per question on {_machine(results)}; memory: peak "
+        "RSS.\n\n"
+        + markdown_table(
+            ["test set", "context", "questions", "EM", "F1", "eval s / question", "peak memory (GB)"], rows
+        )
     )
     not_measured = [name for name in evaluations if name not in results["sets"]]
     if not_measured:
@@ -426,66 +297,48 @@ def _interval(value: Mapping) -> str:
 
 
 def _comparison_text(report_path: Path, cell: str) -> str:
-    """This cell's differences to the comparison's baseline, to full attention at its N and to sliding windows of 512,
-    the same comparison at the other seeds and the seed spread of its configuration, and its whole-article scores, from
-    the comparison's report (`results.json` beside the cells' folders); empty when there is none yet."""
+    """This cell's differences from the comparison's report (`results.json` beside the cells' folders): to the
+    baseline, to full attention at its N, to sliding windows of 512, at the other seeds, and its whole-article
+    scores; empty when there is no report."""
     if not report_path.is_file():
         return ""
     report = json.loads(report_path.read_text(encoding="utf-8"))
     cells, recorded = report.get("cells", {}), recorded_path(report_path)
-    baseline_note = ""
-    if cell == report.get("baseline"):
-        baseline_note = (
-            f"This model is the comparison's baseline: the other models' differences to it are in `{recorded}`.\n\n"
-        )
     tables = [(f"Difference to the baseline `{report.get('baseline')}`", "differences_to_baseline", cell)]
-    full_at_same_n = dict(equal_window_pairs(cells)).get(cell)  # the same windows without blocks
+    full_at_same_n = dict(equal_window_pairs(cells)).get(cell)
     if full_at_same_n:
-        title = f"Difference to full attention at the same N (`{full_at_same_n}`: same windows, seed and training data"
-        title += ", no blocks)"
+        title = f"Difference to full attention at the same N (`{full_at_same_n}`)"
         tables.append((title, "differences_at_the_same_window", cell))
-    sliding = dict(sliding_window_pairs(cells)).get(cell)  # above N = 512: full attention over windows of 512
+    sliding = dict(sliding_window_pairs(cells)).get(cell)
     if sliding:
-        title = (
-            f"Difference to sliding windows of 512 (`{sliding}`: full attention at N = 512, trained on the same data"
-        )
-        title += " with the same seed)"
-        tables.append((title, "differences_to_sliding_windows", cell))
-    if cell in cells:  # the same configuration at other seeds: how far the comparison moves with the seed alone
+        tables.append((f"Difference to sliding windows of 512 (`{sliding}`)", "differences_to_sliding_windows", cell))
+    if cell in cells:  # the same configuration at other seeds
         for other in [name for name in cells if configuration_key(cells, name) == configuration_key(cells, cell)]:
             seed = cells[other]["cell"]["seed"]
-            tables += [
-                (f"The same comparison at seed {seed} (`{other}` against its seed's baseline configuration)",
-                 "differences_at_the_same_seed", other),
-                (f"Seed spread (`{other}` minus the first seed)", "seed_spread", other),
-            ]  # fmt: skip
+            tables += [(f"The same comparison at seed {seed} (`{other}`)", "differences_at_the_same_seed", other),
+                       (f"Seed spread (`{other}` minus the first seed)", "seed_spread", other)]  # fmt: skip
     text = ""
     for title, key, name in tables:
-        if name not in report.get(key, {}):
-            continue
-        rows = [
-            [f"`{test_set}`", _interval(entry["f1"]), _interval(entry["exact_match"]), entry["f1"]["articles"]]
-            for test_set, entry in report[key][name].items()
-        ]
-        text += f"\n{title}:\n\n" + _table(["test set", "F1", "EM", "articles"], rows)
+        if name in report.get(key, {}):
+            rows = [[f"`{test_set}`", _interval(entry["f1"]), _interval(entry["exact_match"]), entry["f1"]["articles"]]
+                    for test_set, entry in report[key][name].items()]  # fmt: skip
+            text += f"\n{title}:\n\n" + markdown_table(["test set", "F1", "EM", "articles"], rows)
     whole = report.get("whole_articles", {}).get(cell)
     if whole:
-        rows = [
-            [f"`{rule}`", f"{value['f1']:.1f}", f"{value['paragraph_f1']:.1f}", f"{value['ratio']:.2f}"]
-            for rule, value in whole["by_window_scoring"].items()
-        ]
+        rows = [[f"`{rule}`", f"{value['f1']:.1f}", f"{value['paragraph_f1']:.1f}", f"{value['ratio']:.2f}"]
+                for rule, value in whole["by_window_scoring"].items()]  # fmt: skip
         text += (
-            "\nWhole articles against the same questions' own paragraphs, by window scoring rule (`null_relative` "
-            f"minus `raw`: {_interval(whole['null_relative_minus_raw'])} F1):\n\n"
-            + _table(["window scoring", "whole-article F1", "own-paragraph F1", "ratio"], rows)
+            f"\nWhole articles by window scoring rule (`null_relative` minus `raw`: "
+            f"{_interval(whole['null_relative_minus_raw'])} F1):\n\n"
+            + markdown_table(["window scoring", "whole-article F1", "own-paragraph F1", "ratio"], rows)
         )
-    if not text:
-        return baseline_note
-    return baseline_note + (
-        f"Differences in points on the same questions with their 95% interval from a paired bootstrap that "
-        f"resamples articles, copied from the comparison's report `{recorded}`; bold: the interval excludes zero.\n"
-        + text
-    )
+    baseline = "This model is the comparison's baseline.\n\n" if cell == report.get("baseline") else ""
+    if text:
+        text = (
+            "Differences in points on the same questions, 95% interval from a paired bootstrap over articles, from "
+            f"`{recorded}`; bold: the interval excludes zero.\n" + text
+        )
+    return baseline + text
 
 
 def _commands_text(results: Mapping) -> str:
@@ -497,15 +350,18 @@ def _commands_text(results: Mapping) -> str:
     for name in results["sets"]:
         if name in evaluate:
             lines += ["", f"# evaluate: {name}", evaluate[name]]
-    folders = "; ".join(f"`{name}` is {COMMAND_VARIABLES[name]}" for name in named)
-    folders = f" ({folders})" if folders else ""
-    return f"From the repository root, as run{folders}:\n\n```bash\n" + "\n".join(lines) + "\n```\n"
+    folders = "; ".join(f"`{name}`: {COMMAND_VARIABLES[name]}" for name in named)
+    return (
+        f"From the repository root, as run{f' ({folders})' if folders else ''}:\n\n```bash\n"
+        + "\n".join(lines)
+        + "\n```"
+    )
 
 
 def results_card(model_dir, results_file, name: str, *, base_model=None, license=None) -> ModelCard:
     """The card of a fine-tuned QA model: its trained folder (`config.json`) and the cell's `results.json`."""
     model_dir, results_path = Path(model_dir), Path(results_file)
-    results = _read_json_object(results_path, "experiments/qa_comparison.py")
+    results = _read_results(results_path)
     cell = results["cell"]
     if not results["train"].get("finished"):
         raise ValueError(f"{results_path}: the cell's training has not finished; write its card once it has.")
@@ -516,8 +372,7 @@ def results_card(model_dir, results_file, name: str, *, base_model=None, license
         expected["num_blocks"] = cell["num_blocks"]
         if cell.get("heads_per_shift"):
             expected["heads_per_shift"] = cell["heads_per_shift"]
-    which = f"the folder that cell ({cell['name']}) trained (WORK_DIR/cells/<cell>/train/model)"
-    config = _fine_tuned_config(model_dir, results_path, expected, which)
+    config = _fine_tuned_config(model_dir, results_path, expected)
     base_model, license = _base_model(results, base_model, license)
     recorded = recorded_path(results_path)
     _, _, evaluations = _commands_by_step(results["commands"])
@@ -530,51 +385,41 @@ def results_card(model_dir, results_file, name: str, *, base_model=None, license
         )
         for test_set, measured in results["sets"].items()
     }
-    data = _qa_card_data(name, base_model, license, tags, sets, recorded)
     attention = (
-        f"blockwise attention (n = {config.num_blocks} blocks of b = {config.effective_block_size} tokens, heads "
-        f"{_heads_text(config.heads_per_shift)})"
+        f"blockwise attention (n = {config.num_blocks}, b = {config.effective_block_size}, heads "
+        f"{_heads(config.heads_per_shift)})"
         if config.attention_pattern == "blockwise"
         else ATTENTION_ROLES.get(config.attention_pattern, f"`{config.attention_pattern}` attention")
     )
-    limitations = []
+    epochs = results["recipe"]["num_train_epochs"]
+    limitations = _config_limitations(config)
     trained = results.get("source_model", {}).get("sequence_length")  # rows past it: only fine-tuning trained them
     if trained is not None and config.max_sequence_length > trained and not config.block_relative_positions:
         limitations.append(
-            f"The starting weights were trained on at most {trained:,} positions: the converter filled position rows "
-            f"{trained + 1:,} to {config.max_sequence_length:,} by repeating the trained rows, and the "
-            f"{_epochs(results)} of fine-tuning are all the training they had."
+            f"The starting weights were trained on at most {trained:,} positions: position rows {trained + 1:,} to "
+            f"{config.max_sequence_length:,} repeat the trained rows and had only the fine-tuning."
         )
-    limitations += [
-        f"Small and specialised: {config.num_hidden_layers} layers, fine-tuned for {_epochs(results)} on about half "
-        "of SQuAD v1.1 dev (English Wikipedia, every question answerable). It is a research artefact of a comparison "
-        "of attention patterns, not a production QA model.",
-        f"Timings and memory were measured on {_machine(results)}, which other cells of the comparison may have "
-        "shared: they are upper bounds, not a comparison of models or machines "
-        "(`benchmarks/long_document_cost.py` measures what reading long contexts costs).",
-    ]
-    intro = f"""[{base_model}](https://huggingface.co/{base_model}) converted to BlockBERT ("Blockwise Self-Attention for Long
-Document Understanding", Qiu et al., Findings of EMNLP 2020) with {attention} at N = {config.max_sequence_length:,},
-and fine-tuned for extractive question answering on long contexts built from SQuAD v1.1 dev. Every measured number on
-this card was produced by {REPOSITORY}'s own scripts and is copied from `{recorded}` (the comparison with the
-baseline from the comparison's report beside it); the commands that produced them are below."""  # noqa: E501
-    use = """Extractive question answering over English contexts longer than one window of a full-attention model, and research
-on what blockwise attention changes (compare it with the other models of the same comparison: same starting weights,
-same recipe)."""  # noqa: E501
-    body = _measured_body(
-        name,
-        config,
-        base_model,
-        limitations,
-        note=_generated_note(f"from {recorded}"),
-        intro=intro,
-        results=_results_text(results, recorded, evaluations),
-        more=_comparison_text(results_path.parent.parent / "results.json", cell["name"]),
-        training=_training_text(results, recorded),
-        commands=_commands_text(results),
-        use=use,
+    limitations.append(
+        f"A research artefact of a comparison of attention patterns ({config.num_hidden_layers} layers, {epochs:g} "
+        "epoch(s) on half of SQuAD v1.1 dev), not a production QA model; timings are upper bounds on a shared machine."
     )
-    return assemble_card(data, body)
+    intro = (
+        f"[{base_model}](https://huggingface.co/{base_model}) converted to BlockBERT with {attention} at N = "
+        f"{config.max_sequence_length:,} and fine-tuned for extractive question answering on long contexts from SQuAD "
+        f"v1.1 dev by `experiments/qa_comparison.py` (cell `{cell['name']}`: {results['label']}). Every number is "
+        f"copied from `{recorded}` and the comparison's report beside it."
+    )
+    sections = [
+        ("Model", _model_table(config, base_model)),
+        ("How to use", USAGE.format(name=name)),
+        ("Results", _results_text(results, evaluations)),
+        ("Comparison", _comparison_text(results_path.parent.parent / "results.json", cell["name"])),
+        ("Training", _training_table(results)),
+        ("Commands", _commands_text(results)),
+        ("Limitations", _bullets(limitations)),
+    ]
+    data = _qa_card_data(name, base_model, license, tags, sets, recorded)
+    return sections_card(data, name, intro, sections, note=_note(f"from {recorded}"))
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -591,28 +436,21 @@ def _held_out_description(name: str, held_out: Mapping) -> str:
 def _efficiency_text(results: Mapping) -> str:
     efficiency = results["efficiency"]
     rows = [
-        [
-            f"`{kernel}`",
-            model["label"],
-            f"{model['median_s']:.3f}",
-            f"{model['peak_bytes'] / 2**20:,.1f}",
-            *("-" if key == "full" else f"{measured[ratio][key]:.2f}" for ratio in RATIOS_TO_FULL),
-        ]
+        [f"`{kernel}`", model["label"], f"{model['median_s']:.3f}", f"{model['peak_bytes'] / 2**20:,.1f}",
+         *("-" if key == "full" else f"{measured[ratio][key]:.2f}"
+           for ratio in ("time_ratio_to_full", "memory_ratio_to_full"))]
         for kernel, measured in efficiency["kernels"].items()
         for key, model in measured["models"].items()
-    ]
+    ]  # fmt: skip
     return (
-        f"The same weights on the same document with full attention and with BlockBERT: {efficiency['what']}, "
-        f"{efficiency['tokens']:,} tokens, on {results['machine']} with {efficiency['threads']} thread(s): the median "
-        f"time over {efficiency['rounds']} interleaved rounds and the peak memory of the forward's tensors; the ratios "
-        "divide by full attention's with the same kernel (below 1: cheaper than full attention). `eager` materialises "
-        "the attention scores, `sdpa` is PyTorch's fused kernel (the default). They compare attention patterns on one "
-        "machine, not machines.\n\n"
-        + _table(["kernel", "model", "time (s)", "peak memory (MiB)", "time / full", "memory / full"], rows)
+        f"The same weights with full and blockwise attention: {efficiency['what']}, {efficiency['tokens']:,} tokens, "
+        f"on {results['machine']} with {efficiency['threads']} thread(s); median time over {efficiency['rounds']} "
+        "interleaved rounds, peak memory of the forward's tensors, ratios to full attention with the same kernel.\n\n"
+        + markdown_table(["kernel", "model", "time (s)", "peak memory (MiB)", "time / full", "memory / full"], rows)
     )
 
 
-def _demo_training_text(results: Mapping) -> str:
+def _demo_training_table(results: Mapping) -> str:
     training = results["training"]
     questions = f"{training['questions']:,} over their whole article"
     if training.get("paragraph_questions"):
@@ -621,14 +459,13 @@ def _demo_training_text(results: Mapping) -> str:
         questions += f" ({training['paragraph_negatives']:,} of them also over another paragraph, without answer)"
     rate = training.get("negative_window_rate")
     negatives = f"kept at rate {rate:g} (seeded)" if rate is not None and rate < 1 else "all kept"
-    negatives += ", labelled null"
     final_loss = training["final_loss"]  # None where the run ended before its first logged step
     rows = [
         ["data", f"`{training['data_file']}`: {', '.join(f'`{title}`' for title in training['articles'])}"],
         ["questions", questions],
         ["windows", f"{training['max_seq_length']} tokens, doc_stride {training['doc_stride']}"],
         ["window layout", f"`{training.get('window_layout') or 'question_first'}`"],
-        ["windows without the answer", negatives],
+        ["windows without the answer", f"{negatives}, labelled null"],
         ["epochs", f"{training['num_train_epochs']:g}"],
         ["learning rate", f"{training['learning_rate']:g}, warmup {training['warmup_ratio']:g}"],
         ["batch size", training["batch_size"]],
@@ -636,7 +473,7 @@ def _demo_training_text(results: Mapping) -> str:
         ["train time", f"{training['seconds'] / 60:.1f} min on {results['machine']}"],
         ["final training loss", "not logged" if final_loss is None else f"{final_loss:.3f}"],
     ]
-    return _table(["", ""], rows)
+    return markdown_table(["", ""], rows)
 
 
 def _demo_commands_text(results: Mapping) -> str:
@@ -652,30 +489,27 @@ def _demo_commands_text(results: Mapping) -> str:
     if results["training"].get("command"):
         lines += ["", "# its fine-tuning step", results["training"]["command"]]
     return (
-        f"From the repository root, as run (the whole demo took {results['elapsed_seconds'] / 60:.1f} min on "
-        f"{results['machine']}):\n\n```bash\n" + "\n".join(lines) + "\n```\n"
+        f"From the repository root, as run ({results['elapsed_seconds'] / 60:.1f} min on {results['machine']}):\n\n"
+        "```bash\n" + "\n".join(lines) + "\n```"
     )
 
 
 def demo_card(model_dir, results_file, name: str, *, base_model=None, license=None) -> ModelCard:
     """The card of the model `make demo` fine-tuned: its folder (`config.json`) and the demo's results file."""
     model_dir, results_path = Path(model_dir), Path(results_file)
-    results = _read_json_object(results_path, "`make demo`")
+    results = _read_results(results_path)
     if results.get("kind") != DEMO_KIND:
-        kind = results.get("kind")
-        raise ValueError(f"{results_path} holds {kind!r} results, not {DEMO_KIND!r} ones: pass the demo's file.")
-    model = results["model"]
+        raise ValueError(f"{results_path} holds {results.get('kind')!r} results, not {DEMO_KIND!r} ones.")
+    model, training, held_out = results["model"], results["training"], results["held_out"]
     expected = {
         "attention_pattern": "blockwise",
         "N": model["max_seq_length"],
         "num_blocks": model["num_blocks"],
-        "heads_per_shift": _heads_text(parse_heads_per_shift(model["heads_per_shift"])),
+        "heads_per_shift": _heads(parse_heads_per_shift(model["heads_per_shift"])),
     }
-    which = "the folder the demo fine-tuned (`model.folder` in the results file)"
-    config = _fine_tuned_config(model_dir, results_path, expected, which)
+    config = _fine_tuned_config(model_dir, results_path, expected)
     base_model, license = _base_model(results, base_model, license)
     recorded = recorded_path(results_path)
-    training, held_out, conversion = results["training"], results["held_out"], results["conversion"]
     sets = {
         test_set: (
             f"SQuAD v1.1 dev, held-out article {held_out['title']}: {test_set} "
@@ -685,80 +519,54 @@ def demo_card(model_dir, results_file, name: str, *, base_model=None, license=No
         )
         for test_set in HELD_OUT_SETS
     }
-    tags = ["blockbert", "long-context", "blockwise-attention"]
-    data = _qa_card_data(name, base_model, license, tags, sets, recorded)
+    data = _qa_card_data(
+        name, base_model, license, ["blockbert", "long-context", "blockwise-attention"], sets, recorded
+    )
     questions = training["questions"] + (training.get("paragraph_questions") or 0)
+    window, block_size, n = training["max_seq_length"], config.effective_block_size, config.max_sequence_length
+    limitations = _config_limitations(config)
+    if window < n and config.block_relative_positions:
+        last_block = max(window - (config.num_blocks - 1) * block_size, 0)
+        limitations.append(f"Fine-tuned on windows of {window} tokens: the last block held at most {last_block} of its "
+                           f"{block_size} tokens in training.")  # fmt: skip
+    elif window < n:
+        limitations.append(f"Fine-tuned on windows of {window} tokens: fine-tuning never saw positions past {window}.")
+    limitations.append(
+        f"Small and briefly trained ({config.num_hidden_layers} layers); the EM/F1 come from one held-out article: a "
+        "rough estimate, not a benchmark."
+    )
+    conversion = results["conversion"]
     check = (
-        f"The conversion checked that with n = 1 it computes what the source model computes (largest difference "
+        f" The conversion checked that n = 1 computes what the source computes (largest difference "
         f"{conversion['max_abs_difference_n1']:.1e})."
         if conversion["verified"]
-        else "The conversion was not verified."
+        else " The conversion was not verified."
     )
-    window, block_size, n = training["max_seq_length"], config.effective_block_size, config.max_sequence_length
-    limitations = []
-    if window < n and config.block_relative_positions:
-        last_block = window - (config.num_blocks - 1) * block_size
-        limitations.append(
-            f"Fine-tuned on windows of {window} tokens, shorter than N = {n:,}: the last block held at most "
-            f"{max(last_block, 0)} of its {block_size} tokens in training."
-        )
-    elif window < n:
-        limitations.append(
-            f"Fine-tuned on windows of {window} tokens, shorter than N = {n:,}: fine-tuning never saw positions "
-            f"past {window}."
-        )
-    limitations += [
-        f"Small and briefly trained: {config.num_hidden_layers} layers, {training['num_train_epochs']:g} epoch(s) "
-        f"on {questions:,} questions from {len(training['articles'])} article(s); the EM/F1 above come from the "
-        "questions of one held-out article and are a rough estimate, not a benchmark.",
-        f"Timings and memory were measured on {results['machine']}; they compare full and blockwise attention on that "
-        "machine, not machines.",
-    ]
-    articles = ", ".join(f"`{title}`" for title in training["articles"])
-    intro = f"""> **Demo model: {training["seconds"] / 60:.1f} minutes of fine-tuning on {questions:,} questions; not a production QA model.**
-> `make demo` made it to show {REPOSITORY} end to end on a CPU: real pretrained weights converted to BlockBERT,
-> fine-tuned, and asked questions about a long held-out document.
-
-[{base_model}](https://huggingface.co/{base_model}) converted to BlockBERT ("Blockwise Self-Attention for Long
-Document Understanding", Qiu et al., Findings of EMNLP 2020) at N = {n:,} tokens with
-n = {config.num_blocks} blocks of b = {block_size} tokens and heads {_heads_text(config.heads_per_shift)}. {check} It was then fine-tuned
-briefly for extractive question answering on the bundled SQuAD v1.1 dev articles {articles} and evaluated on the
-held-out article `{held_out["title"]}` ({held_out["document_tokens"]:,} tokens).
-
-Every number on this card is copied from `{recorded}`, which `experiments/demo.py` wrote; the commands are below."""  # noqa: E501
-    results_rows = [
-        [
-            f"`{test_set}`",
-            _held_out_description(test_set, held_out),
-            held_out[test_set]["questions"],
-            f"{held_out[test_set]['exact_match']:.2f}",
-            f"{held_out[test_set]['f1']:.2f}",
-            f"{held_out[test_set]['seconds_per_question']:.3f}",
-        ]
+    intro = (
+        f"> **Demo model: {training['seconds'] / 60:.1f} minutes of fine-tuning on {questions:,} questions; not a "
+        f"production QA model.**\n\n[{base_model}](https://huggingface.co/{base_model}) converted to BlockBERT at N = "
+        f"{n:,} (n = {config.num_blocks}, b = {block_size}, heads {_heads(config.heads_per_shift)}) by `make demo`."
+        f"{check} Fine-tuned on the SQuAD v1.1 dev articles "
+        f"{', '.join(f'`{title}`' for title in training['articles'])}, evaluated on the held-out article "
+        f"`{held_out['title']}` ({held_out['document_tokens']:,} tokens). Every number is copied from `{recorded}`."
+    )
+    rows = [
+        [f"`{test_set}`", _held_out_description(test_set, held_out), held_out[test_set]["questions"],
+         f"{held_out[test_set]['exact_match']:.2f}", f"{held_out[test_set]['f1']:.2f}",
+         f"{held_out[test_set]['seconds_per_question']:.3f}"]
         for test_set in HELD_OUT_SETS
-    ]
-    results_text = (
-        f"Questions about `{held_out['title']}`, an article the model never saw in fine-tuning, answered through the "
-        f"pipeline above; seconds per question as measured on {results['machine']}.\n\n"
-        + _table(["held-out set", "context", "questions", "EM", "F1", "s / question"], results_rows)
-    )
-    use = """Trying BlockBERT out: loading a converted long-context model through the `transformers` pipeline, answering questions
-over a long document, and comparing the cost of full and blockwise attention on one machine. For a useful QA model,
-fine-tune on far more data with `examples/run_qa.py`."""  # noqa: E501
-    body = _measured_body(
-        name,
-        config,
-        base_model,
-        limitations,
-        note=_generated_note(f"from {recorded}"),
-        intro=intro,
-        results=results_text,
-        more=f"## Efficiency\n\n{_efficiency_text(results)}",
-        training=_demo_training_text(results),
-        commands=_demo_commands_text(results),
-        use=use,
-    )
-    return assemble_card(data, body)
+    ]  # fmt: skip
+    sections = [
+        ("Model", _model_table(config, base_model)),
+        ("How to use", USAGE.format(name=name)),
+        ("Results", f"Through the pipeline above on {results['machine']}.\n\n"
+                    + markdown_table(["held-out set", "context", "questions", "EM", "F1", "s / question"], rows)),
+        ("Efficiency", _efficiency_text(results)),
+        ("Training", _demo_training_table(results)),
+        ("Commands", _demo_commands_text(results)),
+        ("Limitations", _bullets(limitations)),
+    ]  # fmt: skip
+    return sections_card(data, name, intro, sections, note=_note(f"from {recorded}"))
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -774,7 +582,7 @@ class PaperConfiguration:
     max_seq_length: int
     num_blocks: int
     heads_per_shift: str
-    comparison_cell: str  # the cell of the QA comparison closest to it (all-MiniLM-L6-v2, no continued pre-training)
+    comparison_cell: str  # the QA comparison's nearest cell (all-MiniLM-L6-v2, no continued pre-training)
 
     @property
     def block_size(self) -> int:
@@ -786,7 +594,7 @@ class PaperConfiguration:
 
 
 PAPER_TOKENS_PER_BATCH = 131_072
-PAPER_LEARNING_RATE = "2.5e-4"  # written as the paper and the README write it
+PAPER_LEARNING_RATE = "2.5e-4"  # written as the paper writes it
 RECIPE_STEPS = 100_000  # not the paper's: a budget to adjust
 PAPER_CONFIGURATIONS = {
     c.name: c
@@ -796,6 +604,22 @@ PAPER_CONFIGURATIONS = {
         PaperConfiguration("blockbert-base-n3", 512, 3, "8:2:2", "n512_n3_8-2-2_seed0"),
     )
 }
+RECIPE_COMMANDS = """```bash
+# 1. roberta-base's weights as BlockBERT; the converter checks that n = 1 reproduces roberta-base
+python examples/convert_roberta_to_blockbert.py {base} {converted} \\
+    --num_blocks {c.num_blocks} --heads_per_shift {c.heads_per_shift} --max_seq_length {c.max_seq_length}
+
+# 2. continued masked-LM pre-training on your corpus (.txt / .txt.gz / .jsonl documents); --resume continues
+accelerate launch examples/run_mlm.py --model_name_or_path {converted} --output_dir {run} \\
+    --train_files corpus/*.txt.gz --validation_files corpus-held-out.txt.gz \\
+    --max_seq_length {c.max_seq_length} --num_blocks {c.num_blocks} --heads_per_shift {c.heads_per_shift} \\
+    --tokens_per_batch {tokens} --per_device_train_batch_size 8 \\
+    --learning_rate {learning_rate} --warmup_ratio 0.06 --max_train_steps {steps} \\
+    --eval_steps 1000 --checkpointing_steps 1000
+
+# 3. the model: {run}/final_model
+python examples/evaluate_mlm.py {run}/final_model --validation_files corpus-held-out.txt.gz
+```"""
 
 
 def read_comparison_report(repository_root: str | Path = ".") -> dict | None:
@@ -809,42 +633,34 @@ def _f1_interval(value: Mapping) -> str:
 
 
 def measured_without_pretraining(configuration: PaperConfiguration, report: Mapping | None) -> str:
-    """What the QA comparison measured for the nearest configuration when step 2 is skipped: a small full-attention
-    encoder converted and only fine-tuned. Empty where the report has no such measurement."""
+    """What the QA comparison measured for the nearest configuration without step 2 (all-MiniLM-L6-v2 converted and
+    only fine-tuned); empty where the report has no such measurement."""
     cell = configuration.comparison_cell
     if not report or cell not in report.get("cells", {}):
         return ""
     verdict = report.get("seed_averaged_verdicts", {}).get(cell, {})
     sliding = report.get("differences_to_sliding_windows", {}).get(cell, {})
-    if "article" in sliding:  # a long configuration: against what it should beat, windows of 512
-        found = (
-            f"against full attention over sliding windows of 512 tokens, from the same weights and data, it scored "
-            f"{_f1_interval(sliding['article']['f1'])} over whole articles"
-        )
+    if "article" in sliding:  # a long configuration: against full attention over sliding windows of 512
+        found = f"against full attention over windows of 512, {_f1_interval(sliding['article']['f1'])} over articles"
         if "sweep_1024" in sliding:
-            found += f" and {_f1_interval(sliding['sweep_1024']['f1'])} over contexts of 1,024 tokens"
+            found += f", {_f1_interval(sliding['sweep_1024']['f1'])} over contexts of 1,024 tokens"
     elif "window_512" in verdict:
-        seeds = verdict["window_512"]["seeds"]
-        found = (
-            f"against full attention from the same weights, averaged over seed{'s' if len(seeds) > 1 else ''} "
-            f"{' and '.join(str(seed) for seed in seeds)}, it scored {_f1_interval(verdict['window_512']['f1'])} over "
-            "contexts filled to 512 tokens"
-        )
+        seeds = " and ".join(str(seed) for seed in verdict["window_512"]["seeds"])
+        found = f"against full attention (seeds {seeds}), {_f1_interval(verdict['window_512']['f1'])} at 512 tokens"
         if "paragraph" in verdict:
-            found += f" and {_f1_interval(verdict['paragraph']['f1'])} over single paragraphs"
+            found += f", {_f1_interval(verdict['paragraph']['f1'])} over single paragraphs"
     else:
         return ""
     return (
-        "\n## Measured by this project without step 2 (a smaller encoder)\n\n"
         f"all-MiniLM-L6-v2 converted to the nearest layout, `{cell}` ({report['cells'][cell]['label']}), and only "
-        f"fine-tuned for QA on half of SQuAD v1.1 dev: {found}. Details: `{COMPARISON_REPORT.parent}/README.md`.\n"
+        f"fine-tuned for QA on half of SQuAD v1.1 dev: {found} ({COMPARISON_REPORT.parent}/README.md)."
     )
 
 
 def recipe_card(configuration: PaperConfiguration, comparison_report: Mapping | None = None) -> ModelCard:
     """The card of one of the paper's configurations, for which no weights are published: how to make it from
-    roberta-base with this repository, how to load it, its limitations, and (given the QA comparison's report) what
-    skipping its continued pre-training cost a smaller encoder."""
+    roberta-base, its limitations, and (given the QA comparison's report) what skipping pre-training cost a smaller
+    encoder."""
     c = configuration
     converted, run = f"outputs/{c.name}-converted", f"outputs/{c.name}-mlm"
     data = ModelCardData(
@@ -858,14 +674,11 @@ def recipe_card(configuration: PaperConfiguration, comparison_report: Mapping | 
     )
     limitations = _limitations(c.block_size, c.num_blocks, c.heads, c.max_seq_length)
     if c.max_seq_length > 512:
-        limitations.insert(
-            0,
-            f"roberta-base was trained on at most 512 tokens: the converter fills position rows 513 to "
-            f"{c.max_seq_length:,} by repeating the trained rows; only continued pre-training teaches those positions.",
-        )
+        limitations.insert(0, f"roberta-base was trained on 512 positions: position rows 513 to {c.max_seq_length:,} "
+                              "repeat the trained rows until pre-training teaches them.")  # fmt: skip
     limitations += [
-        f"Converted but not pre-trained (step 2), the model is not usable: its {sum(c.heads[1:])} shifted heads per "
-        "layer attend other tokens than roberta-base's heads were trained on (docs/conversion.md).",
+        f"Converted but not pre-trained, the model is not usable: its {sum(c.heads[1:])} shifted heads per layer "
+        "attend other tokens than roberta-base's heads were trained on.",
         "This project has not run the recipe to the end: no quality is claimed for its result.",
     ]
     configuration_rows = [
@@ -882,60 +695,32 @@ def recipe_card(configuration: PaperConfiguration, comparison_report: Mapping | 
         ["warmup (not the paper's)", "0.06"],
         ["steps (not the paper's: set your budget)", f"{RECIPE_STEPS:,}, about {billions:.1f} B tokens"],
     ]
-    body = f"""
-{_generated_note("from its recipe")}
-
-# {c.name} (recipe, no weights published)
-
-> **No weights published.** This card describes how to make `{c.name}` with {REPOSITORY}; nothing on it was measured
-> on such a checkpoint.
-
-The paper's configuration of BlockBERT (RoBERTa with blockwise self-attention: query block i of a head with shift s
-attends key block (i + s) mod n), made from roberta-base by conversion and continued masked-LM pre-training.
-
-{_table(["", ""], configuration_rows)}
-## How to make it
-
-From the repository root of {REPOSITORY} (details: `docs/pretraining.md`, `docs/conversion.md`):
-
-```bash
-# 1. roberta-base's weights as BlockBERT; the converter checks that n = 1 reproduces roberta-base
-python examples/convert_roberta_to_blockbert.py {ROBERTA_BASE} {converted} \\
-    --num_blocks {c.num_blocks} --heads_per_shift {c.heads_per_shift} --max_seq_length {c.max_seq_length}
-
-# 2. continued masked-LM pre-training on your corpus (.txt / .txt.gz / .jsonl documents); --resume continues
-accelerate launch examples/run_mlm.py --model_name_or_path {converted} --output_dir {run} \\
-    --train_files corpus/*.txt.gz --validation_files corpus-held-out.txt.gz \\
-    --max_seq_length {c.max_seq_length} --num_blocks {c.num_blocks} --heads_per_shift {c.heads_per_shift} \\
-    --tokens_per_batch {PAPER_TOKENS_PER_BATCH} --per_device_train_batch_size 8 \\
-    --learning_rate {PAPER_LEARNING_RATE} --warmup_ratio 0.06 --max_train_steps {RECIPE_STEPS} \\
-    --eval_steps 1000 --checkpointing_steps 1000
-
-# 3. the model: {run}/final_model
-python examples/evaluate_mlm.py {run}/final_model --validation_files corpus-held-out.txt.gz
-```
-
-Pre-training hyper-parameters (the paper's unless marked):
-
-{_table(["", ""], hyperparameters)}
-## How to load it
-
-```python
-from transformers import AutoModelForMaskedLM, AutoTokenizer
-
-# the final_model folder
-mlm = AutoModelForMaskedLM.from_pretrained("path/to/{c.name}", trust_remote_code=True)
-tokenizer = AutoTokenizer.from_pretrained("path/to/{c.name}", trust_remote_code=True)
-```
-
-## Limitations
-
-{_bullets(limitations)}
-{measured_without_pretraining(c, comparison_report)}
-## Citation
-
-{CITATION}"""
-    return assemble_card(data, body)
+    commands = RECIPE_COMMANDS.format(
+        base=ROBERTA_BASE, c=c, converted=converted, run=run, tokens=PAPER_TOKENS_PER_BATCH,
+        learning_rate=PAPER_LEARNING_RATE, steps=RECIPE_STEPS,
+    )  # fmt: skip
+    intro = (
+        f"> **No weights published.** How to make `{c.name}` with blockbert-hf; nothing here was measured on such a "
+        "checkpoint.\n\nThe paper's BlockBERT configuration (query block i of a head with shift s attends key block "
+        "(i + s) mod n), made from roberta-base by conversion and continued masked-LM pre-training.\n\n"
+        + markdown_table(["", ""], configuration_rows)
+    )
+    load = (
+        "```python\nfrom transformers import AutoModelForMaskedLM, AutoTokenizer\n\n"
+        f'mlm = AutoModelForMaskedLM.from_pretrained("path/to/{c.name}", trust_remote_code=True)  # final_model\n'
+        f'tokenizer = AutoTokenizer.from_pretrained("path/to/{c.name}", trust_remote_code=True)\n```'
+    )
+    sections = [
+        ("How to make it", f"From the repository root (`docs/pretraining.md`, `docs/conversion.md`):\n\n{commands}\n\n"
+                           "Pre-training hyper-parameters (the paper's unless marked):\n\n"
+                           + markdown_table(["", ""], hyperparameters)),
+        ("How to load it", load),
+        ("Limitations", _bullets(limitations)),
+        ("Measured without pre-training (a smaller encoder)", measured_without_pretraining(c, comparison_report)),
+    ]  # fmt: skip
+    return sections_card(
+        data, f"{c.name} (recipe, no weights published)", intro, sections, note=_note("from its recipe")
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -946,39 +731,15 @@ tokenizer = AutoTokenizer.from_pretrained("path/to/{c.name}", trust_remote_code=
 @dataclass
 class CardArguments:
     recipes: list[str] = field(
-        default_factory=list,
-        metadata={"help": f"recipe cards of the paper's configurations: {', '.join(PAPER_CONFIGURATIONS)}, or all"},
+        default_factory=list, metadata={"help": f"recipe cards: {', '.join(PAPER_CONFIGURATIONS)}, or all"}
     )
     model_dir: str | None = field(default=None, metadata={"help": "the trained model folder (its config.json)"})
-    results_file: str | None = field(
-        default=None, metadata={"help": "the cell's results.json, e.g. results/qa_comparison/<cell>/results.json"}
-    )
-    demo_results: str | None = field(
-        default=None, metadata={"help": "the results.json `make demo` wrote (instead of --results_file)"}
-    )
+    results_file: str | None = field(default=None, metadata={"help": "a QA comparison cell's results.json"})
+    demo_results: str | None = field(default=None, metadata={"help": "the results.json `make demo` wrote"})
     name: str | None = field(default=None, metadata={"help": "the model's name: the card's folder under output_dir"})
-    base_model: str | None = field(
-        default=None, metadata={"help": "Hub id of the starting weights (known for all-MiniLM-L6-v2)"}
-    )
-    license: str | None = field(default=None, metadata={"help": "license of the weights (known for all-MiniLM-L6-v2)"})
+    base_model: str | None = field(default=None, metadata={"help": "Hub id of the starting weights"})
+    license: str | None = field(default=None, metadata={"help": "license of the weights"})
     output_dir: str = field(default="model_cards", metadata={"help": "cards go to OUTPUT_DIR/<name>/README.md"})
-
-
-def _output_problem(output_dir: Path, names: list[str]) -> str | None:
-    """Why the cards cannot go to OUTPUT_DIR/<name>/README.md, or None."""
-    if output_dir.exists() and not output_dir.is_dir():
-        return f"--output_dir {output_dir} is a file: pass a folder for the cards (OUTPUT_DIR/<name>/README.md)."
-    for name in names:
-        if (output_dir / name).exists() and not (output_dir / name).is_dir():
-            return (
-                f"{output_dir / name} is a file, where the card's folder goes: remove it or pass another --output_dir."
-            )
-    existing = output_dir
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if existing.exists() and not os.access(existing, os.W_OK | os.X_OK):
-        return f"--output_dir {output_dir} cannot be written ({existing} is read-only): pass a writable folder."
-    return None
 
 
 def build_parser() -> HfArgumentParser:
@@ -989,49 +750,33 @@ def main(argv=None) -> int:
     parser = build_parser()
     (args,) = parser.parse_args_into_dataclasses(args=argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    if bool(args.recipes) == bool(args.model_dir or args.results_file or args.demo_results or args.name):
-        parser.error(
-            "Pass either --recipes NAME... or --model_dir, --results_file (or --demo_results) and --name (one card), "
-            "not both."
-        )
     if args.recipes:
         names = list(PAPER_CONFIGURATIONS) if args.recipes == ["all"] else args.recipes
-        unknown = [name for name in names if name not in PAPER_CONFIGURATIONS]
-        if unknown:
-            parser.error(f"Unknown recipe(s) {unknown}: choose among {', '.join(PAPER_CONFIGURATIONS)}, or all.")
-        report = read_comparison_report(REPO_ROOT)  # this repository's QA comparison
-        cards = [(name, recipe_card(PAPER_CONFIGURATIONS[name], report)) for name in names]
+        if args.model_dir or args.results_file or args.demo_results or args.name:
+            parser.error("Pass either --recipes or --model_dir, --results_file (or --demo_results) and --name.")
+        if any(name not in PAPER_CONFIGURATIONS for name in names):
+            parser.error(f"Unknown recipe in {names}: choose among {', '.join(PAPER_CONFIGURATIONS)}, or all.")
+        report = read_comparison_report(REPO_ROOT)
+        cards = [(name, lambda name=name: recipe_card(PAPER_CONFIGURATIONS[name], report)) for name in names]
     else:
-        if args.results_file and args.demo_results:
-            parser.error("Pass --results_file (a QA comparison cell) or --demo_results (make demo), not both.")
-        if not (args.model_dir and (args.results_file or args.demo_results) and args.name):
-            parser.error("A measured card needs all of --model_dir, --results_file (or --demo_results) and --name.")
-        cards = [(args.name, None)]
-    problem = _output_problem(Path(args.output_dir), [name for name, _ in cards])
-    if problem:
-        parser.error(problem)
+        if not (args.model_dir and args.name and bool(args.results_file) != bool(args.demo_results)):
+            parser.error("A measured card needs --model_dir, --name and one of --results_file, --demo_results.")
+        make_card = demo_card if args.demo_results else results_card
+        results_file = args.demo_results or args.results_file
+
+        def build():
+            return make_card(args.model_dir, results_file, args.name, base_model=args.base_model, license=args.license)
+
+        cards = [(args.name, build)]
     inputs = {"--model_dir": args.model_dir, "--results_file": args.results_file, "--demo_results": args.demo_results}
-    for name, _ in cards:
+    for name, build in cards:
         try:
             check_output_keeps_inputs(Path(args.output_dir) / name / "README.md", inputs, output_name="the card")
+            written = write_card(build(), args.output_dir, name)
         except OutputOverwritesInputError as error:
             parser.error(str(error))
-    results_file = args.demo_results or args.results_file
-    for name, card in cards:
-        try:
-            if card is None:
-                make_card = demo_card if args.demo_results else results_card
-                card = make_card(args.model_dir, results_file, name, base_model=args.base_model, license=args.license)
-            written = write_card(card, args.output_dir, name)
-        except (FileNotFoundError, ValueError) as error:
-            print(f"error: {error}", file=sys.stderr)
-            return 2
-        except (KeyError, TypeError, AttributeError) as error:  # a value of another type or shape than written
-            print(
-                f"error: {results_file} is malformed ({type(error).__name__}: {error}): pass the results file the "
-                "experiment wrote.",
-                file=sys.stderr,
-            )
+        except (FileNotFoundError, ValueError, KeyError, TypeError, AttributeError) as error:
+            print(f"error: {type(error).__name__}: {error}", file=sys.stderr)
             return 2
         except OSError as error:  # e.g. a read-only folder or a full disk
             print(f"error: could not write the card to {Path(args.output_dir) / name}: {error}", file=sys.stderr)

@@ -6,22 +6,10 @@ other, at an equal token budget; writes a results table (markdown + JSON).
             path/to/wiki.valid.tokens.gz \\
         --validation_files path/to/wiki.test.raw.gz
 
-Data (plain text, .gz or not): the training text of the committed comparison is four Project Gutenberg novels
-(public domain: Pride and Prejudice #1342, War and Peace #2600, Anna Karenina #1399, Crime and Punishment #2554) and
-the WikiText-2 validation split (tokenized, `wiki.valid.tokens`; CC BY-SA 3.0); the held-out text is the WikiText-2
-test split (raw, `wiki.test.raw`; CC BY-SA 3.0). Documents end at files and WikiText article titles.
-
-Setup (defaults): a 4-layer, hidden-256, 4-head model with N = 512 trained from scratch; one byte-level BPE tokenizer
-(8,192 tokens) trained once on the training text and shared by all runs; 2,048 tokens per batch (4 sequences of 512),
-3,072 steps = 6,291,456 tokens per run. The peak learning rate is 5e-4 instead of the paper's 2.5e-4 (which assumes
-131,072-token batches and far longer runs); every other optimizer setting is the paper's. The budget goes to many small
-batches: with 8,192-token batches, 192 steps and lr 1e-3, full attention stays on the unigram plateau (validation
-perplexity about 2,300), which compares nothing.
-Each run is `accelerate launch examples/run_mlm.py ...`; a run whose results.json exists is skipped and an
-interrupted one resumes from its last checkpoint, so the command can simply be started again (with the same
-options: other options for the same --output_dir are refused, unless --overwrite_output_dir starts over). A run's
-time is its token budget over the training speed (tokens/s, in its results.json), which depends on the machine and
-its CPU threads; tokens/s is only comparable between runs made on the same, otherwise idle machine.
+The data and the setup (a 4-layer, hidden-256 model with N = 512 from scratch, 2,048 tokens per batch, 3,072 steps,
+peak learning rate 5e-4): results/pretraining_comparison/README.md. Each run is `accelerate launch
+examples/run_mlm.py ...`; a finished run is skipped and an interrupted one resumes, so the command can be started
+again with the same options.
 """
 
 import json

@@ -13,13 +13,6 @@ from conftest import REPO_ROOT, load_script
 SCRIPT = REPO_ROOT / "benchmarks" / "exported_length_cost.py"
 
 
-def test_the_model_has_the_demo_model_s_shape():
-    config = load_script(SCRIPT).minilm_qa_config(num_blocks=2, block_size=512, quick=False)
-    assert (config.hidden_size, config.num_hidden_layers, config.num_attention_heads) == (384, 6, 12)
-    assert (config.max_sequence_length, config.effective_block_size, config.type_vocab_size) == (1024, 512, 2)
-    assert config.block_relative_positions and config.position_embedding_style == "bert"
-
-
 def test_cell_inputs_are_seeded_unpadded_pairs():
     module = load_script(SCRIPT)
     inputs = module.cell_inputs(2, 12, 100, seed=3)

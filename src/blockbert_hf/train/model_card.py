@@ -68,6 +68,15 @@ def write_model_card(card: ModelCard, model_dir: str | os.PathLike) -> Path:
     return path
 
 
+def sections_card(
+    data: ModelCardData, title: str, intro: str, sections: Sequence[tuple[str, str]], note: str = ""
+) -> ModelCard:
+    """A card assembled from data rather than from a training run (e.g. from a results file): an optional HTML comment
+    `note`, the title, an introduction, the (heading, markdown) `sections` that have text, and the citation."""
+    parts = [note, f"# {title}", intro, *(f"## {heading}\n\n{text.strip()}" for heading, text in sections if text)]
+    return assemble_card(data, "\n\n".join(part.strip() for part in [*parts, f"## Citation\n\n{CITATION}"] if part))
+
+
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
@@ -192,7 +201,7 @@ def build_model_card(run: RunDescription) -> ModelCard:
 
 ## Model
 
-{markdown_table(["", ""], _model_rows(run.model_config))}
+{markdown_table(["", ""], model_rows(run.model_config))}
 ## How to use
 
 {_usage(run)}
@@ -246,7 +255,7 @@ def _results_text(run: RunDescription) -> str:
     return f"It achieves the following results on {run.eval_data.describe()}:\n\n{results}"
 
 
-def _model_rows(config) -> list[list[object]]:
+def model_rows(config) -> list[list[object]]:
     rows = [["architecture", (getattr(config, "architectures", None) or [type(config).__name__])[0]]]
     if all(hasattr(config, key) for key in ("num_hidden_layers", "hidden_size", "num_attention_heads")):
         size = f"{config.num_hidden_layers} layers, hidden {config.hidden_size}, {config.num_attention_heads} heads"
@@ -567,7 +576,7 @@ This is {source} converted to BlockBERT weight for weight: the same parameters, 
 was not trained after the conversion.
 
 {markdown_table(["", ""], rows)}
-{markdown_table(["", ""], _model_rows(model_config))}
+{markdown_table(["", ""], model_rows(model_config))}
 ## Verification
 
 {_verification_text(summary)}
@@ -627,8 +636,10 @@ __all__ = [
     "is_hub_id",
     "lineage_base_model",
     "markdown_table",
+    "model_rows",
     "mlm_model_card",
     "qa_model_card",
     "recorded_base_model",
+    "sections_card",
     "write_model_card",
 ]
