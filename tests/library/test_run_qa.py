@@ -691,6 +691,34 @@ def test_bad_sampling_and_scoring_options_stop_before_any_work(
     assert not (tmp_path / "bad").exists()
 
 
+def test_gradients_are_clipped_to_max_grad_norm_and_their_norm_is_logged(tiny_qa_folder, tmp_path):
+    from safetensors.torch import load_file
+
+    def run(name, **changes):
+        config = _trained_run_config(
+            tiny_qa_folder, tmp_path / name, max_train_steps=2, do_eval=False, logging_steps=1,
+            checkpointing_steps=None, **changes,
+        )  # fmt: skip
+        run_qa(config)
+        records = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+        return load_file(tmp_path / name / "model" / "model.safetensors"), records
+
+    start = load_file(tiny_qa_folder / "model.safetensors")
+    free, free_records = run("free")
+    clipped, clipped_records = run("clipped", max_grad_norm=1e-9)
+
+    def moved(weights):
+        return max((weights[name].float() - start[name].float()).abs().max().item() for name in start)
+
+    # the norm before clipping is logged either way: the first step's is the same in both runs
+    assert [record["step"] for record in free_records] == [1, 2]
+    assert clipped_records[0]["grad_norm_max"] == pytest.approx(free_records[0]["grad_norm_max"])
+    assert free_records[0]["grad_norm_max"] > 0
+    # Adam divides by the gradients' size, but clipped to 1e-9 they fall below its epsilon (1e-8): the clipped updates
+    # all but vanish, while the free ones move weights by about the learning rate
+    assert moved(clipped) < moved(free) / 10
+
+
 def test_evaluation_after_every_epoch_logs_loss_and_scores(tiny_qa_folder, tmp_path):
     output = tmp_path / "run"
     config = _trained_run_config(

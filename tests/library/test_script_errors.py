@@ -82,6 +82,7 @@ def _mlm_argv(output_dir, *extra) -> list:
         (["--num_train_epochs", 0], "--num_train_epochs"),
         (["--num_train_epochs", -1], "--num_train_epochs"),
         (["--learning_rate", 0, "--max_train_steps", 1], "--learning_rate"),
+        (["--max_grad_norm", 0, "--max_train_steps", 1], "--max_grad_norm"),
         (["--max_train_steps", 0, "--num_train_epochs", 1], "--max_train_steps"),
     ],
 )

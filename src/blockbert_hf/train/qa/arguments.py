@@ -143,6 +143,13 @@ class QARunConfig:
     )
     weight_decay: float = 0.01
     warmup_ratio: float = 0.1
+    max_grad_norm: float | None = field(
+        default=None,
+        metadata={
+            "help": "clip the gradients' norm to this before each update (transformers' Trainer clips at 1.0); unset: "
+            "no clipping, as runs recorded without this option trained"
+        },
+    )
     per_device_train_batch_size: int = 32
     per_device_eval_batch_size: int = 64
     gradient_accumulation_steps: int = 1
@@ -296,7 +303,7 @@ def _check_run_options(config: QARunConfig) -> None:
         check_at_least(1, {"--max_train_steps": config.max_train_steps}, " (leave it out to train --num_train_epochs)")
         if config.max_train_steps is None:
             check_positive({"--num_train_epochs": config.num_train_epochs}, " (or give --max_train_steps)")
-        check_positive({"--learning_rate": config.learning_rate})
+        check_positive({"--learning_rate": config.learning_rate, "--max_grad_norm": config.max_grad_norm})
         check_in_range({"--warmup_ratio": config.warmup_ratio}, 0.0, 1.0)
         check_at_least(0, {"--weight_decay": config.weight_decay})
         training_counts = {

@@ -78,6 +78,7 @@ class _Training:
     metrics: MetricsLog | None = None
     completed_steps: int = 0
     logged_losses: list[float] = field(default_factory=list)  # the step losses since the last metrics record
+    grad_norms: list[float] = field(default_factory=list)  # and the gradient norms, before any clipping
     run_args: dict = field(default_factory=dict)  # what checkpoints record of the run (`_run_record`)
     distillation: "_Distillation | None" = None  # task distillation (`--teacher_model_name_or_path`)
     objective_block_size: int | None = None  # the blocks of the per-block objective; None: the window objective
@@ -213,6 +214,9 @@ def _train_epoch(training: _Training, epoch: int, batches, bar) -> None:
             if accelerator.sync_gradients:  # the last micro-batch of a step: check the loss before the update
                 step_loss = accelerator.reduce(torch.stack(step_losses).mean(), reduction="mean").item()
                 check_finite(accelerator, config.output_dir, training.completed_steps + 1, step_loss)
+                # The norm before clipping, logged either way (an infinite bound leaves the gradients as they are).
+                bound = config.max_grad_norm if config.max_grad_norm is not None else math.inf
+                training.grad_norms.append(float(accelerator.clip_grad_norm_(model.parameters(), bound)))
             training.optimizer.step()
             if accelerator.sync_gradients:
                 step_scheduler(accelerator, training.scheduler)
@@ -225,10 +229,12 @@ def _train_epoch(training: _Training, epoch: int, batches, bar) -> None:
         bar.update(1)
         if training.completed_steps % config.logging_steps == 0:
             lr, loss = training.scheduler.get_last_lr()[0], sum(training.logged_losses) / len(training.logged_losses)
+            grad_norm = max(training.grad_norms)  # the largest since the last line, so that a spike shows
             bar.set_postfix(loss=f"{loss:.4f}")
-            training.metrics.log({"step": training.completed_steps, "epoch": epoch, "loss": loss, "lr": lr})
-            logger.info(f"step {training.completed_steps}: loss {loss:.4f}, lr {lr:.2e}")
-            training.logged_losses = []
+            step = training.completed_steps
+            training.metrics.log({"step": step, "epoch": epoch, "loss": loss, "lr": lr, "grad_norm_max": grad_norm})
+            logger.info(f"step {step}: loss {loss:.4f}, lr {lr:.2e}, gradient norm up to {grad_norm:.2f}")
+            training.logged_losses, training.grad_norms = [], []
         if isinstance(checkpoint_every, int) and training.completed_steps % checkpoint_every == 0:
             _save(training, epoch)
 
