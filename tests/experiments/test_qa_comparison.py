@@ -1329,13 +1329,16 @@ def test_the_prefixed_stage_a_arm_restarts_positions_in_two_blocks_of_256_of_the
 
     cells = {cell.name: cell for cell in DISTILLED_TABLE4_GRID}
     prefixed, distilled = cells["n512_n2_10-2_distilled_prefixed_seed0"], cells["n512_n2_10-2_distilled_seed0"]
-    assert replace(prefixed, name=distilled.name, window_layout="question_first", block_relative_positions=False) == (
-        distilled
-    )  # (c) but for the layout and its positions
+    layout = dict(window_layout="question_first", block_relative_positions=False, group_by_length=True)
+    assert replace(prefixed, name=distilled.name, **layout) == distilled  # (c) but for the layout and its batches
+    assert prefixed.record()["group_by_length"] is False and "group_by_length" not in distilled.record()
     training = {"file": "train_512.json", "half": "first", "questions": 10, "target_tokens": 512}
     manifest = {"sets": {"train_512": training}}
     train = " ".join(train_args(ComparisonConfig(), prefixed, manifest, 60.0))
     assert "--window_layout question_prefixed_blocks" in train and "--teacher" not in train
+    assert "--group_by_length" not in train and "--group_by_length" in " ".join(
+        train_args(ComparisonConfig(), distilled, manifest, 60.0)
+    )
     # the encoder: distilled at N = 512 with positions running on (BERT positions, 512 rows)
     encoder = _adapted_run(tmp_path, "unused", attention_pattern="blockwise", num_blocks=2, heads_per_shift="10:2")
     encoder.rename(tmp_path / DISTILLED_ENCODER_N512)

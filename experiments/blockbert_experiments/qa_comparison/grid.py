@@ -31,7 +31,8 @@ class Cell:
     `--adaptation_dir`) whose final model the cell starts from instead of a fresh conversion of the source, with the
     cell's own attention fields where they differ from that model's; `distilled_from`, likewise, the self-distilled
     encoder (`examples/distill_blockbert.py`, a folder of `--distilled_dir`) it starts from; `teacher`, the cell whose
-    fine-tuned model it is task-distilled from (`run_qa --teacher_model_name_or_path`)."""
+    fine-tuned model it is task-distilled from (`run_qa --teacher_model_name_or_path`); `group_by_length`, whether its
+    training batches gather windows of similar lengths (`run_qa --group_by_length`) or are drawn at random."""
 
     name: str
     max_seq_length: int
@@ -52,6 +53,7 @@ class Cell:
     adapted_from: str | None = None
     distilled_from: str | None = None
     teacher: str | None = None
+    group_by_length: bool = True
 
     @property
     def training_set(self) -> str:
@@ -94,6 +96,8 @@ class Cell:
         for name in ("adapted_from", "distilled_from", "teacher"):
             if fields[name] is None:
                 del fields[name]
+        if fields["group_by_length"]:
+            del fields["group_by_length"]  # likewise: recorded only where a cell trains on batches drawn at random
         return fields
 
 
@@ -272,7 +276,11 @@ def _stage_a_cell(name: str, pattern: str, num_blocks=1, heads=None, seed=0, **d
 
 def _stage_a_distilled(name: str, seed: int, task_distilled: bool = False, prefixed: bool = False) -> Cell:
     teacher = "n512_full_seed0" if task_distilled else None
-    layout = dict(window_layout="question_prefixed_blocks", block_relative_positions=True) if prefixed else {}
+    # Prefixed, a filled context overflows into a second, short window that holds no answer: batches grouped by
+    # length gather those, and the first run of (e) learned to answer null from them (the second amendment).
+    layout = {}
+    if prefixed:
+        layout = dict(window_layout="question_prefixed_blocks", block_relative_positions=True, group_by_length=False)
     return _stage_a_cell(
         name, "blockwise", 2, "10:2", seed, distilled_from=DISTILLED_ENCODER_N512, teacher=teacher, **layout
     )

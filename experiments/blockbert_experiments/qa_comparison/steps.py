@@ -65,6 +65,8 @@ def train_args(config: ComparisonConfig, cell: Cell, manifest: Mapping, train_mi
         "--save_total_limit", "1",
         "--mixed_precision", config.mixed_precision,
     ]  # fmt: skip
+    if not cell.group_by_length:
+        args.remove("--group_by_length")
     # run_qa lays out a block-relative model's windows as question_prefixed_blocks by default: such a cell names its own
     if cell.window_layout != "question_first" or cell.block_relative_positions:
         args += ["--window_layout", cell.window_layout]
