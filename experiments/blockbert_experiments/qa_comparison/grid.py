@@ -276,8 +276,8 @@ def _stage_a_cell(name: str, pattern: str, num_blocks=1, heads=None, seed=0, **d
 
 def _stage_a_distilled(name: str, seed: int, task_distilled: bool = False, prefixed: bool = False) -> Cell:
     teacher = "n512_full_seed0" if task_distilled else None
-    # Prefixed, a filled context overflows into a second, short window that holds no answer: batches grouped by
-    # length gather those, and the first run of (e) learned to answer null from them (the second amendment).
+    # Prefixed, a filled context can overflow into a second, short window that usually holds no answer: batches
+    # grouped by length gather those, and the first run of (e) stopped learning on them (the second amendment).
     layout = {}
     if prefixed:
         layout = dict(window_layout="question_prefixed_blocks", block_relative_positions=True, group_by_length=False)
