@@ -540,7 +540,7 @@ class Recipe:
     learning_rate: float
     num_train_epochs: float
     negative_window_rate: float
-    max_train_samples: int | None
+    max_train_samples: int | None = None
 
 
 def cell_recipe(config: ComparisonConfig, cell: Cell) -> Recipe:
