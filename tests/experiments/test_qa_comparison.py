@@ -1010,21 +1010,18 @@ def _provenance(folder: Path) -> list[str]:
 
 def test_the_committed_report_states_the_recipe_and_commands_its_cells_recorded(tmp_path):
     """results/qa_comparison/README.md says what each cell ran as the cell's results.json records it (the report
-    command's own defaults, 1 epoch at 5e-5, are no cell's recipe) and runs the cells with those options."""
+    command's own defaults, 1 epoch at 5e-5, are no cell's recipe) and runs the cells with those options; a record
+    that disagrees with it is found."""
     readme = (COMMITTED / "README.md").read_text()
-    for text in _provenance(_committed_records(tmp_path / "records")):
+    folder = _committed_records(tmp_path / "records")
+    for text in _provenance(folder):
         assert text in readme
     assert "5 of them (Immune_system, Civil_disobedience, Economic_inequality, Kenya, Rhine)" in readme
-
-
-def test_a_record_that_disagrees_with_the_committed_report_is_found(tmp_path):
-    folder = _committed_records(tmp_path / "records")
     path = folder / "n512_n2_10-2_seed1" / "results.json"
     record = json.loads(path.read_text())
     record["recipe"]["learning_rate"] = 1e-4
     path.write_text(json.dumps(record))
     recipe, commands, _ = _provenance(folder)
-    readme = (COMMITTED / "README.md").read_text()
     assert recipe not in readme and "| 0.0001 | `n512_n2_10-2_seed1` |" in recipe
     assert commands not in readme and "--cells n512_n2_10-2_seed1 --learning_rate 0.0001" in commands
 
