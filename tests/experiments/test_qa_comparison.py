@@ -1317,6 +1317,7 @@ def test_the_stage_a_report_chooses_the_distilled_arm_on_the_dev_articles_and_st
     assert a_minus_b["spread_used"] == [pytest.approx(2.0), pytest.approx(2.0)]  # (b)'s one seed: (a)'s spread
     readme = (folder / "README.md").read_text()
     assert "**The distilled arm is (c)**" in readme and "**Target (5 F1, goal 2): missed.**" in readme
+    assert "So far on seeds (a) 0, 1; (c) 0: the rule judges the target once both have their second seed." in readme
     assert json.loads((folder / "results.json").read_text())["verdict"]["gap"] == pytest.approx(6.0)
 
     # (d) more than 0.5 above (c) on the dev articles is chosen, and then meets the target

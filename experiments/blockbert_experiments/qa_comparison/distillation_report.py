@@ -228,11 +228,16 @@ def _verdict_text(summary: Mapping) -> str:
     if verdict is None:
         return text + " The target's verdict waits for (a) and the distilled arm on the test sets."
     met = "met" if verdict["target_met"] else "missed"
+    seeds = {arm: summary["arms"][arm]["seeds"] for arm in ("a", choice["arm"])}
+    so_far = ""
+    if any(len(arm_seeds) < 2 for arm_seeds in seeds.values()):
+        run = "; ".join(f"({arm}) {', '.join(map(str, arm_seeds))}" for arm, arm_seeds in seeds.items())
+        so_far = f" So far on seeds {run}: the rule judges the target once both have their second seed."
     return text + (
         f"\n\n**Target ({TARGET:g} F1, goal {GOAL:g}): {met}.** (a) minus ({choice['arm']}) on `{TARGET_SET}` is "
         f"{verdict['gap']:.1f} F1 (interval {verdict['interval'][0]:.1f} to {verdict['interval'][1]:.1f}); goal "
         f"{'met' if verdict['goal_met'] else 'missed'}; the interval's upper end "
-        f"{'is' if verdict['with_confidence'] else 'is not'} within {TARGET:g}."
+        f"{'is' if verdict['with_confidence'] else 'is not'} within {TARGET:g}.{so_far}"
     )
 
 
