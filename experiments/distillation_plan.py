@@ -86,10 +86,11 @@ def plan_cells(speeds: dict, distillation: dict, stage_b_questions_fraction: flo
     b_windows_blockbert = sum(eval_windows("n1024_n2_10-2", ("paragraph", "window_512", "article")).values())
     b_windows_sliding = sum(eval_windows("n512_full_article_seed0", ("paragraph", "window_512", "article")).values())
 
-    def qa_cell(name, speed_key, steps, windows, seeds=1):
+    def qa_cell(name, speed_key, steps, windows, seeds=1, **packing):
         speed = speeds[speed_key]
         return {
             "cell": name,
+            **packing,
             "seeds": seeds,
             "train_steps": steps,
             "train_hours": hours(steps * speed["train_step"]),
@@ -116,10 +117,21 @@ def plan_cells(speeds: dict, distillation: dict, stage_b_questions_fraction: flo
         qa_cell("A (b) n = 2, converted", "n2_512", a_steps, a_windows),
         qa_cell("A (c) n = 2 from the distilled encoder", "n2_512", a_steps, a_windows),
         qa_cell("A (d) (c) + task distillation from (a)", "n2_512", a_steps, a_windows),
+        qa_cell("A (e) (c) with the question prefixed to each block", "n2_512", a_steps, a_windows),
         qa_cell("A second seed of (a)", "full_512", a_steps, a_windows),
-        qa_cell("A second seed of the better of (c) and (d)", "n2_512", a_steps, a_windows),
-        distillation_cell("distillation at N = 1024 (block-relative positions, every 2nd step at 512)", "n1024", 1000),
-        qa_cell("B sliding windows of 512, full attention", "full_512", b_steps_sliding, b_windows_sliding, 3),
+        qa_cell("A second seed of the distilled arm (the best of (c), (d), (e))", "n2_512", a_steps, a_windows),
+        # The teacher's weights do not outlive its session: its logits over BlockBERT's training blocks (two blocks a
+        # window) are taken there, with its evaluation.
+        qa_cell(
+            "B sliding windows of 512, full attention, seed 0 (the teacher, with its logits)",
+            "full_512",
+            b_steps_sliding,
+            b_windows_sliding + 2 * b_steps * BATCH,
+            one_session=True,
+        ),  # fmt: skip
+        qa_cell(
+            "B sliding windows of 512, full attention", "full_512", b_steps_sliding, b_windows_sliding, 2, first_seed=1
+        ),
         qa_cell("B BlockBERT 10:2 distilled + task-distilled", "n2_1024", b_steps, b_windows_blockbert, 3),
         qa_cell("B 12:0 distilled + task-distilled (the lower bound)", "n2_1024", b_steps, b_windows_blockbert),
     ]
@@ -127,17 +139,22 @@ def plan_cells(speeds: dict, distillation: dict, stage_b_questions_fraction: flo
 
 def sessions(cells: list[dict], session_hours: float) -> list[dict]:
     """Each seed's training (split into resumable parts where it exceeds a session) and its evaluation, packed into
-    sessions in order: a cell's evaluation may share its training's last session where both fit."""
+    sessions in order: a cell's evaluation may share its training's last session where both fit (a `one_session`
+    cell's must: both are one unit). `first_seed` numbers a cell's seeds from there."""
     units = []
     for cell in cells:
-        for seed in range(cell["seeds"]):
+        first_seed = cell.get("first_seed", 0)
+        for seed in range(first_seed, first_seed + cell["seeds"]):
+            if cell.get("one_session"):
+                units.append((f"{cell['cell']}, with its evaluation", cell["train_hours"] + cell["eval_hours"]))
+                continue
             parts = max(1, math.ceil(cell["train_hours"] / session_hours))
             for part in range(parts):
-                label = cell["cell"] + (f", seed {seed}" if cell["seeds"] > 1 else "")
+                label = cell["cell"] + (f", seed {seed}" if cell["seeds"] > 1 or first_seed else "")
                 label += f", training part {part + 1}/{parts}" if parts > 1 else ""
                 units.append((label, cell["train_hours"] / parts))
             if cell["eval_hours"]:
-                seed_label = f", seed {seed}" if cell["seeds"] > 1 else ""
+                seed_label = f", seed {seed}" if cell["seeds"] > 1 or first_seed else ""
                 units.append((f"{cell['cell']}{seed_label}, evaluation", cell["eval_hours"]))
     planned, current = [], {"units": [], "hours": 0.0}
     for label, unit_hours in units:
@@ -164,10 +181,12 @@ def write_plan(plan: dict, output_dir: Path) -> None:
     for number, session in enumerate(plan["sessions"], 1):
         session_rows.append(f"| {number} | {'; '.join(session['units'])} | {session['hours']:.2f} |")
     speeds = plan["speeds"]
+    measured_by = ", which also measured the fine-tuning speeds"
+    if plan["speeds_measured_by"] != plan["command"]:
+        measured_by = f"; fine-tuning speeds measured by\n`{plan['speeds_measured_by']}`"
     text = f"""# The distillation comparison: cells and sessions
 
-Machine: {plan["machine"]}. Made by `{plan["command"]}`; fine-tuning speeds measured by
-`{plan["speeds_measured_by"]}`.
+Machine: {plan["machine"]}. Made by `{plan["command"]}`{measured_by}.
 
 Measured: a fine-tuning step of {BATCH} windows takes {speeds["full_512"]["train_step"]:.1f} s with full attention at
 N = 512, {speeds["n2_512"]["train_step"]:.1f} s with n = 2 at N = 512 and {speeds["n2_1024"]["train_step"]:.1f} s

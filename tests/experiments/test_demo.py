@@ -44,22 +44,13 @@ def qa_folder(tmp_path_factory, tokenizer):
     return folder
 
 
-def test_the_training_file_leaves_the_held_out_article_out(tmp_path):
-    written = write_training_file(SQUAD_SAMPLE, HELD_OUT, tmp_path / "train.json")
-    data = json.loads((tmp_path / "train.json").read_text())
-    assert [article["title"] for article in data["data"]] == written["articles"] == ["Jacksonville,_Florida"]
-    assert written["questions"] == sum(len(p["qas"]) for p in data["data"][0]["paragraphs"]) > 0
-
-    first_only = write_training_file(SQUAD_SAMPLE, "no such title", tmp_path / "first.json", max_articles=1)
-    assert first_only["articles"] == [HELD_OUT]
-
-
-def test_every_training_question_reads_its_whole_article_with_its_answers_in_place(tmp_path):
+def test_training_contexts_are_whole_articles_with_answers_in_place_leaving_the_held_out_one_out(tmp_path):
     """Training contexts are whole articles, so that training windows span several blocks as the pipeline's windows
     over a long document do."""
     written = write_training_file(SQUAD_SAMPLE, HELD_OUT, tmp_path / "train.json")
     source = next(a for a in json.loads(SQUAD_SAMPLE.read_text())["data"] if a["title"] != HELD_OUT)
     (article,) = json.loads((tmp_path / "train.json").read_text())["data"]
+    assert [article["title"]] == written["articles"] == ["Jacksonville,_Florida"]
     (paragraph,) = article["paragraphs"]
     assert paragraph["context"] == "\n".join(p["context"] for p in source["paragraphs"])
     assert written["questions"] == len(paragraph["qas"]) == sum(len(p["qas"]) for p in source["paragraphs"])
@@ -67,6 +58,8 @@ def test_every_training_question_reads_its_whole_article_with_its_answers_in_pla
         for answer in qa["answers"]:
             start = answer["answer_start"]
             assert paragraph["context"][start : start + len(answer["text"])] == answer["text"]
+    first_only = write_training_file(SQUAD_SAMPLE, "no such title", tmp_path / "first.json", max_articles=1)
+    assert first_only["articles"] == [HELD_OUT]
 
 
 def test_the_training_questions_are_a_seeded_choice(tmp_path):
@@ -81,14 +74,8 @@ def test_the_training_questions_are_a_seeded_choice(tmp_path):
 
 
 def test_the_other_questions_read_their_own_paragraph_and_half_of_them_another_one_without_answer(tmp_path):
-    written = write_training_file(
-        SQUAD_SAMPLE,
-        HELD_OUT,
-        tmp_path / "train.json",
-        max_questions=10,
-        paragraph_questions=True,
-        paragraph_negative_rate=0.5,
-    )
+    options = dict(max_questions=10, paragraph_questions=True, paragraph_negative_rate=0.5)
+    written = write_training_file(SQUAD_SAMPLE, HELD_OUT, tmp_path / "train.json", **options)
     source = next(a for a in json.loads(SQUAD_SAMPLE.read_text())["data"] if a["title"] != HELD_OUT)
     total = sum(len(p["qas"]) for p in source["paragraphs"])
     (article,) = json.loads((tmp_path / "train.json").read_text())["data"]
@@ -123,32 +110,20 @@ def test_a_training_file_with_only_the_held_out_article_is_an_error(tmp_path):
 
 def test_the_results_record_the_path_options_relative_to_the_repository_or_by_name(tmp_path, monkeypatch):
     monkeypatch.chdir(REPO_ROOT)
-    arguments = {
-        "output_dir": "outputs/demo",
-        "source_model": None,
-        "train_file": str(tmp_path / "squad" / "dev-v1.1.json.gz"),  # a data file outside the repository
-        "held_out_file": str(SQUAD_SAMPLE),  # the default: the bundled sample, an absolute path
-        "seed": 0,
-    }
-    assert recorded_arguments(arguments) == {
-        "output_dir": "outputs/demo",
-        "source_model": None,
-        "train_file": "dev-v1.1.json.gz",
-        "held_out_file": "data/samples/squad_v1.1_dev_sample.json",
-        "seed": 0,
-    }
+    outside = str(tmp_path / "squad" / "dev-v1.1.json.gz")  # a data file outside the repository
+    arguments = dict(output_dir="outputs/demo", source_model=None, train_file=outside, seed=0)
+    assert recorded_arguments({**arguments, "held_out_file": str(SQUAD_SAMPLE)}) == {  # the bundled sample, absolute
+        **arguments, "train_file": "dev-v1.1.json.gz", "held_out_file": "data/samples/squad_v1.1_dev_sample.json"
+    }  # fmt: skip
 
 
-def test_the_held_out_article_keeps_its_paragraphs_in_order():
+def test_the_held_out_article_keeps_its_paragraphs_in_order_and_an_unknown_title_names_the_titles_there():
     article = read_held_out_article(SQUAD_SAMPLE, HELD_OUT)
     data = json.loads(SQUAD_SAMPLE.read_text())
     sky = next(a for a in data["data"] if a["title"] == HELD_OUT)
     assert article.paragraphs == [paragraph["context"] for paragraph in sky["paragraphs"]]
     assert article.document.startswith(sky["paragraphs"][0]["context"])
     assert len(article.questions) == sum(len(paragraph["qas"]) for paragraph in sky["paragraphs"])
-
-
-def test_an_unknown_held_out_title_names_the_titles_there():
     with pytest.raises(ValueError, match=r"no article titled 'Sky'.*Jacksonville,_Florida, Sky_\(United_Kingdom\)"):
         read_held_out_article(SQUAD_SAMPLE, "Sky")
 
@@ -303,21 +278,19 @@ def test_the_output_folder_guard_accepts_only_what_the_demo_wrote(demo_cli, tmp_
     demo_cli.check_output_dir(interrupted)
 
 
-@pytest.mark.parametrize("what", ["qa_comparison copy", "other kind", "broken results", "extra file", "a file"])
+REFUSED_FOLDERS = {
+    "qa_comparison copy": lambda folder: shutil.copytree(REPO_ROOT / "results" / "qa_comparison", folder),
+    "other kind": lambda folder: _demo_folder(folder, kind="something else"),
+    "broken results": lambda folder: (_demo_folder(folder) / "results.json").write_text('{"kind": "blockbert-hf de'),
+    "extra file": lambda folder: (_demo_folder(folder) / "notes.txt").write_text("mine"),
+    "a file": lambda folder: folder.write_text("a file"),
+}
+
+
+@pytest.mark.parametrize("what", REFUSED_FOLDERS)
 def test_the_output_folder_guard_refuses_any_other_folder(demo_cli, tmp_path, capsys, what):
     folder = tmp_path / "folder"
-    if what == "qa_comparison copy":
-        shutil.copytree(REPO_ROOT / "results" / "qa_comparison", folder)
-    elif what == "other kind":
-        _demo_folder(folder, kind="something else")
-    elif what == "broken results":
-        _demo_folder(folder)
-        (folder / "results.json").write_text('{"kind": "blockbert-hf de')
-    elif what == "extra file":
-        _demo_folder(folder)
-        (folder / "notes.txt").write_text("mine")
-    else:
-        folder.write_text("a file")
+    REFUSED_FOLDERS[what](folder)
     before = sorted(path.relative_to(tmp_path) for path in tmp_path.rglob("*"))
     with pytest.raises(SystemExit) as exit_info:
         demo_cli.main(["--output_dir", str(folder)])

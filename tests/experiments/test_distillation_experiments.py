@@ -35,6 +35,15 @@ def test_sessions_never_exceed_their_length_and_keep_the_cells_in_order():
         "long, training part 1/2", "long, training part 2/2", "long, evaluation",
         "short, seed 0", "short, seed 0, evaluation", "short, seed 1", "short, seed 1, evaluation",
     ]  # fmt: skip
+    # a teacher whose weights do not outlive the session: training and evaluation as one unit, never split
+    teacher = {"cell": "teacher", "seeds": 1, "train_hours": 1.0, "eval_hours": 0.9, "one_session": True}
+    later = {"cell": "more", "seeds": 1, "first_seed": 1, "train_hours": 0.5, "eval_hours": 0.2}
+    sessions = plan.sessions([{**cells[1], "seeds": 1}, teacher, later], session_hours=2.0)
+    assert [session["units"] for session in sessions] == [
+        ["short", "short, evaluation"],
+        ["teacher, with its evaluation"],
+        ["more, seed 1", "more, seed 1, evaluation"],
+    ]
 
 
 def _run_folder(folder, learning_rate, mse_at_150):

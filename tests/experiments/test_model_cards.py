@@ -108,20 +108,11 @@ def test_recipe_cards_quote_what_the_qa_comparison_measured_without_continued_pr
 
 
 def _set(target_tokens, exact_match, f1, questions=3):
-    return {
-        "target_tokens": target_tokens,
-        "exact_match": exact_match,
-        "f1": f1,
-        "metric_exact_match": exact_match,
-        "metric_f1": f1,
-        "questions": questions,
-        "windows": questions,
-        "eval_seconds": 0.3,
-        "seconds_per_question": 0.1,
-        "wall_seconds": 12.5,
-        "peak_rss_mb": 812.4,
-        "eval_batch_size": 256,
-    }
+    return dict(
+        target_tokens=target_tokens, exact_match=exact_match, f1=f1, metric_exact_match=exact_match, metric_f1=f1,
+        questions=questions, windows=questions, eval_seconds=0.3, seconds_per_question=0.1, wall_seconds=12.5,
+        peak_rss_mb=812.4, eval_batch_size=256,
+    )  # fmt: skip
 
 
 def _eval_command(test_set):
@@ -134,39 +125,18 @@ def _eval_command(test_set):
 
 def _results(finished=True, sha256=MINILM_SHA256):
     """A cell's results.json as experiments/qa_comparison.py writes it (one planned set, `article`, not measured)."""
+    cell = dict(max_seq_length=64, attention_pattern="blockwise", num_blocks=2, heads_per_shift="3:1", seed=0)
+    recipe = dict(
+        learning_rate=5e-05, num_train_epochs=1.0, effective_batch_size=32, per_device_train_batch_size=8,
+        gradient_accumulation_steps=4, warmup_ratio=0.1, schedule="linear", doc_stride=128,
+        attention_probs_dropout_prob=0.1, threads=2, max_train_samples=None, max_eval_samples=None,
+    )  # fmt: skip
     return {
-        "cell": {
-            "name": CELL,
-            "max_seq_length": 64,
-            "attention_pattern": "blockwise",
-            "num_blocks": 2,
-            "heads_per_shift": "3:1",
-            "seed": 0,
-            "train_set": None,
-        },
+        "cell": {"name": CELL, **cell, "train_set": None},
         "label": "N=64 BlockBERT n=2 3:1, seed 0",
-        "recipe": {
-            "learning_rate": 5e-05,
-            "num_train_epochs": 1.0,
-            "effective_batch_size": 32,
-            "per_device_train_batch_size": 8,
-            "gradient_accumulation_steps": 4,
-            "warmup_ratio": 0.1,
-            "schedule": "linear",
-            "doc_stride": 128,
-            "attention_probs_dropout_prob": 0.1,
-            "threads": 2,
-            "max_train_samples": None,
-            "max_eval_samples": None,
-        },
+        "recipe": recipe,
         "source_model": {"path": MINILM_RECORDED, "sha256": sha256},
-        "train": {
-            "finished": finished,
-            "seconds": 1834.2,
-            "attempts": 2,
-            "interrupted_attempts": 1,
-            "peak_rss_mb": 2048.0,
-        },
+        "train": dict(finished=finished, seconds=1834.2, attempts=2, interrupted_attempts=1, peak_rss_mb=2048.0),
         "sets": {"paragraph": _set(None, 41.27, 55.03), "sweep_512": _set(512, 12.5, 23.45678)},
         "finished": False,
         "commands": [
@@ -174,9 +144,7 @@ def _results(finished=True, sha256=MINILM_SHA256):
             "--max_seq_length 64 --attention_pattern blockwise --num_blocks 2 --heads 3:1",
             f"python examples/run_qa.py --model_name_or_path $WORK_DIR/models/m --do_train "
             f"--output_dir $WORK_DIR/cells/{CELL}/train --seed 0",
-            _eval_command("paragraph"),
-            _eval_command("sweep_512"),
-            _eval_command("article"),
+            *(_eval_command(name) for name in ("paragraph", "sweep_512", "article")),
         ],
     }
 
@@ -405,6 +373,19 @@ def test_the_command_line_writes_recipe_and_results_cards(measured, capsys):
 
 def _demo_results():
     """The demo's results.json (experiments/demo.py) for a tiny model: N = 64, n = 2, heads 3:1."""
+    training = dict(
+        data_file="data/samples/squad_v1.1_dev_demo.json.gz", articles=["Amazon_rainforest", "Rhine"], questions=1881,
+        max_seq_length=48, doc_stride=16, num_train_epochs=1.0, learning_rate=0.0001, batch_size=16, warmup_ratio=0.1,
+        seed=0, seconds=201.4, final_loss=2.31,
+    )  # fmt: skip
+    eager = {
+        "models": {
+            "full": {"label": "full attention (n = 1)", "median_s": 1.2, "peak_bytes": 600 * 2**20},
+            "n2": {"label": "BlockBERT n = 2 (3:1)", "median_s": 0.9, "peak_bytes": 400 * 2**20},
+        },
+        "time_ratio_to_full": {"n2": 0.75},
+        "memory_ratio_to_full": {"n2": 0.667},
+    }
     return {
         "kind": "blockbert-hf demo",
         "command": "python experiments/demo.py --output_dir outputs/demo",
@@ -419,20 +400,7 @@ def _demo_results():
             "seconds": 25.1,
         },
         "model": {"folder": "model", "max_seq_length": 64, "num_blocks": 2, "block_size": 32, "heads_per_shift": "3:1"},
-        "training": {
-            "data_file": "data/samples/squad_v1.1_dev_demo.json.gz",
-            "articles": ["Amazon_rainforest", "Rhine"],
-            "questions": 1881,
-            "max_seq_length": 48,
-            "doc_stride": 16,
-            "num_train_epochs": 1.0,
-            "learning_rate": 0.0001,
-            "batch_size": 16,
-            "warmup_ratio": 0.1,
-            "seed": 0,
-            "seconds": 201.4,
-            "final_loss": 2.31,
-        },
+        "training": training,
         "held_out": {
             "title": "Sky_(United_Kingdom)",
             "document_tokens": 3260,
@@ -444,16 +412,7 @@ def _demo_results():
             "tokens": 64,
             "rounds": 5,
             "threads": 2,
-            "kernels": {
-                "eager": {
-                    "models": {
-                        "full": {"label": "full attention (n = 1)", "median_s": 1.2, "peak_bytes": 600 * 2**20},
-                        "n2": {"label": "BlockBERT n = 2 (3:1)", "median_s": 0.9, "peak_bytes": 400 * 2**20},
-                    },
-                    "time_ratio_to_full": {"n2": 0.75},
-                    "memory_ratio_to_full": {"n2": 0.667},
-                }
-            },
+            "kernels": {"eager": eager},
         },
     }
 

@@ -39,15 +39,16 @@ BLOCK = 256  # tokens of a block of n = 2 at N = 512
 SECOND_AMENDMENT = "../../../docs/long_document_decision_rule.md#second-amendment-a-question-prefixed-arm-in-stage-a"
 
 
-def arm_cells(results_dir: Path) -> dict[str, dict[int, dict]]:
-    """Per arm, its finished cells by seed: the cell's `results.json` with its per-question `scores`."""
-    arms: dict[str, dict[int, dict]] = {arm: {} for arm in ARMS}
+def arm_cells(results_dir: Path, named: Mapping[str, tuple[str, str]] = ARMS) -> dict[str, dict[int, dict]]:
+    """Per arm of `named` (arm: cell name before `_seed<k>`, description), its finished cells by seed: the cell's
+    `results.json` with its per-question `scores`."""
+    arms: dict[str, dict[int, dict]] = {arm: {} for arm in named}
     for folder in sorted(Path(results_dir).iterdir()) if Path(results_dir).is_dir() else []:
         results, scores = read_json(folder / "results.json"), read_json(folder / "scores.json")
         if not results or not scores or not results.get("train", {}).get("finished"):
             continue
         prefix, _, seed = results["cell"]["name"].rpartition("_seed")
-        arm = next((key for key, (name, _) in ARMS.items() if name == prefix), None)
+        arm = next((key for key, (name, _) in named.items() if name == prefix), None)
         if arm is not None:
             arms[arm][int(seed)] = {**results, "scores": scores}
     return arms
@@ -179,7 +180,7 @@ def f1_by_answer_block(arms: Mapping[str, Mapping[int, dict]], positions: Mappin
     return result
 
 
-def _number(value: float | None, digits: int = 1) -> str:
+def number_text(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
@@ -188,13 +189,15 @@ def _arm_table(summary: Mapping) -> str:
     rows.append("|" + "---|" * (len(SETS) + 5))
     for arm, entry in summary["arms"].items():
         cells = [
-            f"{_number(entry['exact_match'].get(s))} / {_number(entry['f1'].get(s))}" if s in entry["f1"] else "-"
+            f"{number_text(entry['exact_match'].get(s))} / {number_text(entry['f1'].get(s))}"
+            if s in entry["f1"]
+            else "-"
             for s in SETS
         ]
         rows.append(
             f"| ({arm}) | {ARMS[arm][1]} | {', '.join(map(str, entry['seeds']))} | {' | '.join(cells)} | "
             f"{', '.join(map(str, entry['train_hours']))} | "
-            f"{', '.join(_number(loss, 3) for loss in entry['final_train_loss'])} |"
+            f"{', '.join(number_text(loss, 3) for loss in entry['final_train_loss'])} |"
         )
     return "\n".join(rows)
 
@@ -204,7 +207,7 @@ def _comparison_table(summary: Mapping) -> str:
     for pair, by_set in summary["comparisons"].items():
         first, second = pair.split("-")
         for test_set, entry in by_set.items():
-            spreads = ", ".join(f"({arm}) {_number(value)}" for arm, value in entry["seed_spreads"].items())
+            spreads = ", ".join(f"({arm}) {number_text(value)}" for arm, value in entry["seed_spreads"].items())
             rows.append(
                 f"| ({first}) - ({second}) | {test_set} | {entry['difference']:+.1f} | {entry['low']:+.1f} to "
                 f"{entry['high']:+.1f} | {spreads} | {entry['status']} |"
@@ -214,7 +217,7 @@ def _comparison_table(summary: Mapping) -> str:
 
 def _verdict_text(summary: Mapping) -> str:
     choice, verdict = summary["choice"], summary["verdict"]
-    dev = ", ".join(f"({arm}) {_number(f1)}" for arm, f1 in choice["dev_f1"].items())
+    dev = ", ".join(f"({arm}) {number_text(f1)}" for arm, f1 in choice["dev_f1"].items())
     if choice["arm"] is None:
         text = f"The distilled arm is not chosen yet: (c), (d) and (e) all need seed-0 F1 on `{CHOICE_SET}` ({dev})."
     else:
@@ -225,11 +228,16 @@ def _verdict_text(summary: Mapping) -> str:
     if verdict is None:
         return text + " The target's verdict waits for (a) and the distilled arm on the test sets."
     met = "met" if verdict["target_met"] else "missed"
+    seeds = {arm: summary["arms"][arm]["seeds"] for arm in ("a", choice["arm"])}
+    so_far = ""
+    if any(len(arm_seeds) < 2 for arm_seeds in seeds.values()):
+        run = "; ".join(f"({arm}) {', '.join(map(str, arm_seeds))}" for arm, arm_seeds in seeds.items())
+        so_far = f" So far on seeds {run}: the rule judges the target once both have their second seed."
     return text + (
         f"\n\n**Target ({TARGET:g} F1, goal {GOAL:g}): {met}.** (a) minus ({choice['arm']}) on `{TARGET_SET}` is "
         f"{verdict['gap']:.1f} F1 (interval {verdict['interval'][0]:.1f} to {verdict['interval'][1]:.1f}); goal "
         f"{'met' if verdict['goal_met'] else 'missed'}; the interval's upper end "
-        f"{'is' if verdict['with_confidence'] else 'is not'} within {TARGET:g}."
+        f"{'is' if verdict['with_confidence'] else 'is not'} within {TARGET:g}.{so_far}"
     )
 
 
@@ -241,12 +249,12 @@ def _answer_block_table(summary: Mapping) -> str:
     rows.append("|" + "---|" * (len(ARMS) + 3))
     for test_set, entry in by_block.items():
         for half, where in (("first", f"in tokens 0-{BLOCK - 1}"), ("second", f"at token {BLOCK} or later")):
-            f1 = [_number(entry["f1"][arm][half]) if arm in entry["f1"] else "-" for arm in ARMS]
+            f1 = [number_text(entry["f1"][arm][half]) if arm in entry["f1"] else "-" for arm in ARMS]
             rows.append(f"| {test_set} | {where} | {entry['questions'][half]:,} | {' | '.join(f1)} |")
     return "\n".join(rows)
 
 
-def _commands(arms: Mapping[str, Mapping[int, dict]]) -> str:
+def recorded_commands(arms: Mapping[str, Mapping[int, dict]]) -> str:
     lines = []
     for arm, cells in arms.items():
         for seed, cell in sorted(cells.items()):
@@ -305,7 +313,7 @@ largest spread measured on that set here).
 As each cell recorded them (`$WORK_DIR`, `$DATA_DIR`, `$DISTILLED_DIR`, `$MINILM`: the folders
 `python experiments/qa_comparison.py run --grid distilled_table4 ...` was given).
 
-{_commands(arms)}
+{recorded_commands(arms)}
 """
     write_file_atomically(folder / "README.md", text)
     write_json_atomically(folder / "results.json", json.loads(json.dumps(summary)))

@@ -32,7 +32,8 @@ class Cell:
     cell's own attention fields where they differ from that model's; `distilled_from`, likewise, the self-distilled
     encoder (`examples/distill_blockbert.py`, a folder of `--distilled_dir`) it starts from; `teacher`, the cell whose
     fine-tuned model it is task-distilled from (`run_qa --teacher_model_name_or_path`); `group_by_length`, whether its
-    training batches gather windows of similar lengths (`run_qa --group_by_length`) or are drawn at random."""
+    training batches gather windows of similar lengths (`run_qa --group_by_length`) or are drawn at random;
+    `max_train_samples`, the first K training questions only (overriding the run's `--max_train_samples`)."""
 
     name: str
     max_seq_length: int
@@ -54,6 +55,7 @@ class Cell:
     distilled_from: str | None = None
     teacher: str | None = None
     group_by_length: bool = True
+    max_train_samples: int | None = None
 
     @property
     def training_set(self) -> str:
@@ -98,6 +100,8 @@ class Cell:
                 del fields[name]
         if fields["group_by_length"]:
             del fields["group_by_length"]  # likewise: recorded only where a cell trains on batches drawn at random
+        if fields["max_train_samples"] is None:
+            del fields["max_train_samples"]  # and only where a cell trains on a subset of its own
         return fields
 
 
@@ -302,6 +306,36 @@ DISTILLED_TABLE4_GRID: tuple[Cell, ...] = (
     _stage_a_distilled("n512_n2_10-2_distilled_prefixed_seed1", 1, prefixed=True),  # only if (e) is chosen
 )
 
+# The distillation comparison's Stage B (results/distillation/stage_b; the rule's third amendment), N = 1024 over
+# whole articles, every cell trained one epoch at 2e-4 on the first half (2,683 of 5,366) of the whole-article training
+# questions, batches drawn at random. Sliding windows of 512 (full attention, converted; seed 0 is the teacher) against
+# BlockBERT n = 2 from the self-distilled encoder of N = 512, its question prefixed to both blocks of 512 with
+# positions restarting in each, one softmax per block (the objective under which the teacher's distribution over a
+# block is that block's target), task-distilled: 10:2, and 12:0 (no head reads the other block: the lower bound).
+STAGE_B_TRAINING = dict(learning_rate=2e-4, num_train_epochs=1.0, max_train_samples=2683, group_by_length=False)
+STAGE_B_SETS = ("paragraph", "window_512", "article")
+STAGE_B_TEACHER = "n512_full_article_seed0"
+
+
+def _stage_b_sliding(seed: int) -> Cell:
+    cell = _long_arm_cell(f"n512_full_article_seed{seed}", 512, "full", seed=seed, eval_sets=STAGE_B_SETS)
+    return replace(cell, **STAGE_B_TRAINING)
+
+
+def _stage_b_blockbert(heads: str, seed: int) -> Cell:
+    name = f"n1024_n2_{heads.replace(':', '-')}_distilled_kd_seed{seed}"
+    cell = _long_arm_cell(name, 1024, "blockwise", 2, heads, seed, eval_sets=STAGE_B_SETS)
+    layout = dict(window_layout="question_prefixed_blocks", block_relative_positions=True, qa_objective="per_block")
+    distillation = dict(distilled_from=DISTILLED_ENCODER_N512, teacher=STAGE_B_TEACHER)
+    return replace(cell, **STAGE_B_TRAINING, **layout, **distillation)
+
+
+DISTILLED_LONG_GRID: tuple[Cell, ...] = (
+    *(_stage_b_sliding(seed) for seed in (0, 1, 2)),
+    *(_stage_b_blockbert("10:2", seed) for seed in (0, 1, 2)),
+    _stage_b_blockbert("12:0", 0),
+)
+
 # The adapted grids' baselines, which replace the default --baseline: the adapted full-attention control at N = 512.
 ADAPTED_BASELINES = {
     "adapted_table4": "adapted_n512_full_seed0",
@@ -318,6 +352,7 @@ GRIDS = {
     "adapted_long": ADAPTED_LONG_GRID,
     "adapted_extra": ADAPTED_EXTRA_GRID,
     "distilled_table4": DISTILLED_TABLE4_GRID,
+    "distilled_long": DISTILLED_LONG_GRID,
 }
 RECIPE_GRIDS = ("recipe", "epochs", "layout", "objective")  # reported together, in one results folder
 
@@ -357,7 +392,9 @@ class ComparisonConfig:
             "of 512, N = 1024 n = 2 10:2 and 12:0 from the same adapted weights, 3 seeds, train_article) or "
             "adapted_extra (stage C: n = 3 8:2:2 at N = 512, 9:3 at N = 1024); distilled_table4 (the distillation "
             "comparison's stage A: full attention and n = 2 converted, n = 2 from the self-distilled encoder of "
-            "--distilled_dir without and with task distillation from the full-attention cell, on the CPU recipe)"
+            "--distilled_dir without and with task distillation from the full-attention cell, on the CPU recipe) or "
+            "distilled_long (its stage B: sliding windows of 512 against N = 1024 n = 2 10:2 and 12:0 from that "
+            "encoder, task-distilled from the sliding-windows cell of seed 0)"
         },
     )
     adaptation_dir: str | None = field(
@@ -503,6 +540,7 @@ class Recipe:
     learning_rate: float
     num_train_epochs: float
     negative_window_rate: float
+    max_train_samples: int | None = None
 
 
 def cell_recipe(config: ComparisonConfig, cell: Cell) -> Recipe:
@@ -510,7 +548,8 @@ def cell_recipe(config: ComparisonConfig, cell: Cell) -> Recipe:
         value = getattr(cell, name)
         return getattr(config, name) if value is None else value
 
-    return Recipe(chosen("learning_rate"), chosen("num_train_epochs"), chosen("negative_window_rate"))
+    names = ("learning_rate", "num_train_epochs", "negative_window_rate", "max_train_samples")
+    return Recipe(*map(chosen, names))
 
 
 def select_cells(names: Sequence[str], grid: Sequence[Cell] = GRID) -> list[Cell]:

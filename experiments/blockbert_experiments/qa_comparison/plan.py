@@ -38,9 +38,9 @@ def estimated_steps(config: ComparisonConfig, cell: Cell, manifest: Mapping) -> 
     entry = manifest["sets"].get(cell.training_set)
     first_half = max((e["questions"] for e in manifest["sets"].values() if e["half"] == "first"), default=5696)
     questions = entry["questions"] if entry else first_half  # the paragraphs set: every first-half question
-    if config.max_train_samples is not None:
-        questions = min(questions, config.max_train_samples)
     recipe = cell_recipe(config, cell)
+    if recipe.max_train_samples is not None:
+        questions = min(questions, recipe.max_train_samples)
     if cell.training_set == PARAGRAPHS:
         windows_per_question = 1.0
     elif entry and entry["target_tokens"] is None:  # whole articles: answer windows plus sampled negatives

@@ -87,6 +87,7 @@ from .plan import estimated_train_minutes, format_plan, plan_comparison
 from .recipe_report import apply_recipe_choice, write_recipe_report
 from .report import write_report
 from .scores import ids_digest, question_scores, set_questions
+from .stage_b_report import write_stage_b_report
 from .steps import StepFailed, check_step, command_line, convert_args, eval_args, run_step, train_args
 
 
@@ -245,11 +246,13 @@ def _run_in_parallel(
 
 def write_grid_report(config: ComparisonConfig, grid: Sequence[Cell] | None = None) -> dict:
     """The report of `config.grid`: the comparison's (`write_report`), the recipe choice's (`write_recipe_report`) or
-    the distillation comparison's Stage A (`write_stage_a_report`)."""
+    the distillation comparison's Stage A or B (`write_stage_a_report`, `write_stage_b_report`)."""
     if config.grid in RECIPE_GRIDS:
         return write_recipe_report(config)
     if config.grid == "distilled_table4":
         return write_stage_a_report(config)
+    if config.grid == "distilled_long":
+        return write_stage_b_report(config)
     if config.grid in ADAPTED_BASELINES and config.baseline == BASELINE:
         config = replace(config, baseline=ADAPTED_BASELINES[config.grid])
     return write_report(config, grid_cells(config) if grid is None else grid)
@@ -421,7 +424,7 @@ def write_cell_results(
             "attention_probs_dropout_prob": config.attention_probs_dropout_prob,
             "hidden_dropout_prob": converted.get("hidden_dropout_prob"),
             "threads": config.threads,
-            "max_train_samples": config.max_train_samples,
+            "max_train_samples": recipe.max_train_samples,
             "max_eval_samples": config.max_eval_samples,
         },
         "source_model": _adapted_source(config, cell, source)

@@ -87,8 +87,8 @@ def train_args(config: ComparisonConfig, cell: Cell, manifest: Mapping, train_mi
             "--distillation_temperature", str(config.distillation_temperature),
             "--distillation_alpha", str(config.distillation_alpha),
         ]  # fmt: skip
-    if config.max_train_samples is not None:
-        args += ["--max_train_samples", str(config.max_train_samples)]
+    if recipe.max_train_samples is not None:
+        args += ["--max_train_samples", str(recipe.max_train_samples)]
     return args + _worker_args(config)
 
 

@@ -1,0 +1,170 @@
+"""The report of the distillation comparison's Stage B (`--grid distilled_long`), as
+`docs/long_document_decision_rule.md` (its first and third amendments) fixes it: each arm's F1 per set averaged over
+its seeds, `D` (BlockBERT 10:2 minus sliding windows) and `D'` (10:2 minus 12:0) with their paired article-bootstrap
+intervals and seed spreads, and the verdict over whole articles. Writes `README.md` and `results.json` in the results
+folder."""
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from blockbert_hf.saving import write_file_atomically, write_json_atomically
+
+from .distillation_report import arm_cells, compare, number_text, recorded_commands, seed_mean, seed_spread
+from .grid import ComparisonConfig
+from .layout import read_json
+
+
+ARMS = {
+    "sliding": ("n512_full_article", "sliding windows of 512, full attention, converted (seed 0: the teacher)"),
+    "10:2": ("n1024_n2_10-2_distilled_kd", "BlockBERT N = 1024, n = 2, 10:2, self-distilled, task-distilled"),
+    "12:0": ("n1024_n2_12-0_distilled_kd", "the same with 12:0: no head reads the other block (the lower bound)"),
+}
+DIFFERENCES = {"D": ("10:2", "sliding"), "D'": ("10:2", "12:0")}
+SETS = ("article", "window_512", "paragraph")
+VERDICT_SET = "article"
+AT_OR_ABOVE = -1.0  # F1: D's interval lies above this (within the paper's effect size of sliding windows, or better)
+THIRD_AMENDMENT = (
+    "../../../docs/long_document_decision_rule.md#third-amendment-stage-b-on-the-encoder-distilled-at-n--512"
+)
+
+
+def stage_b_verdict(differences: Mapping[str, Mapping]) -> dict | None:
+    """The first amendment's Stage B verdict from `D` and `D'` over whole articles; None until `D` is measured."""
+    d, d_prime = differences.get("D"), differences.get("D'")
+    if d is None:
+        return None
+    resolved = d["status"] == "resolved"
+    helps = resolved and d["difference"] > 0 and d_prime is not None and d_prime["status"] == "resolved"
+    helps = helps and d_prime["difference"] > 0
+    if helps:
+        verdict = "BlockBERT helps"
+    elif d["low"] > AT_OR_ABOVE:
+        verdict = "BlockBERT at or above sliding windows"
+    elif resolved and d["difference"] < 0:
+        verdict = "below sliding windows"
+    else:
+        verdict = "inconclusive"
+    return {
+        "verdict": verdict,
+        "D": d["difference"],
+        "D_interval": [d["low"], d["high"]],
+        "D_prime_measured": bool(d_prime),
+    }
+
+
+def stage_b_summary(config: ComparisonConfig, arms: Mapping[str, Mapping[int, dict]]) -> dict:
+    """Everything the report states, from the finished cells of `config.results_dir`."""
+    questions = read_json(Path(config.results_dir) / "questions.json") or {}
+    table = {
+        arm: {
+            "seeds": sorted(cells),
+            "f1": {s: float(np.mean(mean)) for s in SETS if (mean := seed_mean(cells, s)) is not None},
+            "seed_spread": {s: seed_spread(cells, s) for s in SETS},
+            "train_hours": [round(cells[seed]["train"]["seconds"] / 3600, 2) for seed in sorted(cells)],
+            "final_train_loss": [
+                (cells[seed]["train"]["loss_curve"] or [{}])[-1].get("loss") for seed in sorted(cells)
+            ],
+        }
+        for arm, cells in arms.items()
+        if cells
+    }
+    differences = {}
+    for test_set in SETS:
+        measured = [spread for entry in table.values() if (spread := entry["seed_spread"].get(test_set)) is not None]
+        articles = questions.get(test_set, {}).get("article", [])
+        for name, (first, second) in DIFFERENCES.items():
+            compared = compare(arms, first, second, test_set, max(measured, default=None), articles, config)
+            if compared is not None:
+                differences.setdefault(name, {})[test_set] = compared
+    verdict = stage_b_verdict(
+        {name: by_set[VERDICT_SET] for name, by_set in differences.items() if VERDICT_SET in by_set}
+    )
+    cells = [cell["cell"]["name"] for entry in arms.values() for cell in entry.values()]
+    return {"cells": cells, "arms": table, "differences": differences, "verdict": verdict}
+
+
+def _arm_table(summary: Mapping) -> str:
+    rows = ["| arm | model | seeds | " + " | ".join(f"{s} F1" for s in SETS) + " | train h | last train loss |"]
+    rows.append("|" + "---|" * (len(SETS) + 5))
+    for arm, entry in summary["arms"].items():
+        f1 = " | ".join(number_text(entry["f1"].get(s)) for s in SETS)
+        rows.append(
+            f"| {arm} | {ARMS[arm][1]} | {', '.join(map(str, entry['seeds']))} | {f1} | "
+            f"{', '.join(map(str, entry['train_hours']))} | "
+            f"{', '.join(number_text(loss, 3) for loss in entry['final_train_loss'])} |"
+        )
+    return "\n".join(rows)
+
+
+def _difference_table(summary: Mapping) -> str:
+    rows = ["| difference | set | F1 points | 95% interval | seed spreads | rule |", "|---|---|---|---|---|---|"]
+    for name, by_set in summary["differences"].items():
+        first, second = DIFFERENCES[name]
+        for test_set, entry in by_set.items():
+            spreads = ", ".join(f"{arm} {number_text(value)}" for arm, value in entry["seed_spreads"].items())
+            rows.append(
+                f"| {name} = {first} - {second} | {test_set} | {entry['difference']:+.1f} | {entry['low']:+.1f} to "
+                f"{entry['high']:+.1f} | {spreads} | {entry['status']} |"
+            )
+    return "\n".join(rows)
+
+
+def _verdict_text(summary: Mapping) -> str:
+    verdict = summary["verdict"]
+    if verdict is None:
+        return "No verdict yet: `D` needs BlockBERT 10:2 and sliding windows on `article`."
+    low, high = verdict["D_interval"]
+    waiting = "" if verdict["D_prime_measured"] else " `D'` waits for 12:0."
+    measured = f"`D` = {verdict['D']:+.1f} F1 on `{VERDICT_SET}` ({low:+.1f} to {high:+.1f})"
+    return f"**{verdict['verdict']}**: {measured}.{waiting}"
+
+
+def write_stage_b_report(config: ComparisonConfig) -> dict:
+    """`README.md` and `results.json` of the results folder, from the cells finished so far."""
+    folder = Path(config.results_dir)
+    arms = arm_cells(folder, ARMS)
+    summary = stage_b_summary(config, arms)
+    machines = sorted(
+        {machine for entry in arms.values() for cell in entry.values() for machine in cell["train"]["machines"]}
+    )
+    text = f"""# Stage B: BlockBERT against sliding windows over whole articles, at N = 1024
+
+Written from the cells finished so far by `python experiments/qa_comparison.py report --grid distilled_long
+--results_dir {config.results_dir}`, under the rule fixed before any of its runs
+([the third amendment]({THIRD_AMENDMENT})). Every cell starts from all-MiniLM-L6-v2 (converted, or self-distilled at
+N = 512 as [results/distillation](../README.md) describes), fine-tunes one epoch at learning rate 2e-4, batch 16, fp32,
+batches drawn at random, on the first half of the whole-article training questions, and is scored with null-relative
+window scoring on the test half's whole articles, contexts filled to 512 tokens and paragraphs. Training time is wall
+time, as each cell's record has it.
+
+Machines: {"; ".join(machines) or "none yet"}.
+
+## F1 per arm, averaged over seeds
+
+{_arm_table(summary)}
+
+## The verdict
+
+{_verdict_text(summary)}
+
+## Differences
+
+Per question, F1 averaged over each arm's seeds; the interval is the paired bootstrap over articles (95%). A difference
+is resolved where the interval excludes zero and it exceeds both arms' seed spreads (for an arm with one seed, the
+largest spread measured on that set here).
+
+{_difference_table(summary)}
+
+## Commands
+
+As each cell recorded them (`$WORK_DIR`, `$DATA_DIR`, `$DISTILLED_DIR`, `$MINILM`: the folders
+`python experiments/qa_comparison.py run --grid distilled_long ...` was given).
+
+{recorded_commands(arms)}
+"""
+    write_file_atomically(folder / "README.md", text)
+    write_json_atomically(folder / "results.json", json.loads(json.dumps(summary)))
+    return summary

@@ -1,0 +1,127 @@
+"""The distillation comparison's Stage B (`qa_comparison.py --grid distilled_long`): its cells as the rule's third
+amendment fixes them, the copy of the encoder distilled at N = 512 that they start from, and the report's verdict."""
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from blockbert_experiments.qa_comparison.grid import (
+    DISTILLED_ENCODER_N512,
+    DISTILLED_LONG_GRID,
+    STAGE_B_TEACHER,
+    ComparisonConfig,
+)
+from blockbert_experiments.qa_comparison.runner import _convert, write_grid_report
+from blockbert_experiments.qa_comparison.stage_b_report import stage_b_verdict
+from blockbert_experiments.qa_comparison.steps import train_args
+from blockbert_hf.model.configuration_blockbert import BlockBertConfig
+
+
+CELLS = {cell.name: cell for cell in DISTILLED_LONG_GRID}
+MANIFEST = {"sets": {"train_article": {"file": "train_article.json", "half": "first", "questions": 5366,
+                                       "target_tokens": None}}}  # fmt: skip
+
+
+def test_stage_b_trains_every_cell_on_the_same_half_of_the_whole_articles_with_batches_drawn_at_random():
+    assert len(CELLS) == 7 and STAGE_B_TEACHER in CELLS
+    for cell in CELLS.values():
+        assert (cell.training_set, cell.learning_rate, cell.num_train_epochs) == ("train_article", 2e-4, 1.0)
+        assert cell.eval_sets == ("paragraph", "window_512", "article") and cell.record()["max_train_samples"] == 2683
+        train = " ".join(train_args(ComparisonConfig(), cell, MANIFEST, 60.0))
+        assert "--max_train_samples 2683" in train and "--group_by_length" not in train
+    sliding = CELLS["n512_full_article_seed1"]
+    assert (sliding.attention_pattern, sliding.max_seq_length, sliding.teacher, sliding.distilled_from) == (
+        "full", 512, None, None
+    )  # fmt: skip
+
+
+def test_stage_b_blockbert_cells_differ_only_in_the_heads_that_read_the_other_block():
+    ten_two, twelve_zero = CELLS["n1024_n2_10-2_distilled_kd_seed0"], CELLS["n1024_n2_12-0_distilled_kd_seed0"]
+    assert replace(twelve_zero, name=ten_two.name, heads_per_shift="10:2") == ten_two
+    assert (ten_two.window_layout, ten_two.block_relative_positions, ten_two.qa_objective) == (
+        "question_prefixed_blocks", True, "per_block"
+    )  # fmt: skip
+    assert (ten_two.distilled_from, ten_two.teacher) == (DISTILLED_ENCODER_N512, STAGE_B_TEACHER)
+    train = " ".join(train_args(ComparisonConfig(), ten_two, MANIFEST, 60.0))
+    assert "--qa_objective per_block" in train and "--window_layout question_prefixed_blocks" in train
+    assert f"--teacher_model_name_or_path outputs/qa_comparison/cells/{STAGE_B_TEACHER}/train/model" in train
+
+
+def test_stage_b_copies_the_encoder_distilled_at_512_into_two_blocks_of_512_with_positions_restarting(tmp_path):
+    encoder = tmp_path / DISTILLED_ENCODER_N512
+    BlockBertConfig(
+        hidden_size=48, num_attention_heads=12, num_hidden_layers=1, intermediate_size=96, vocab_size=100,
+        max_position_embeddings=514, pad_token_id=1, num_blocks=2, heads_per_shift="10:2",
+    ).save_pretrained(encoder)  # fmt: skip
+    (encoder / "model.safetensors").write_bytes(b"weights")  # copied, not read
+    config = ComparisonConfig(grid="distilled_long", distilled_dir=str(tmp_path), work_dir=str(tmp_path / "work"))
+    for name, heads in (("n1024_n2_10-2_distilled_kd_seed0", [10, 2]), ("n1024_n2_12-0_distilled_kd_seed0", [12, 0])):
+        _convert(config, CELLS[name], tmp_path / "unused-source")
+        copied = BlockBertConfig.from_pretrained(tmp_path / "work" / "models" / CELLS[name].model_name)
+        assert (copied.effective_block_size, copied.max_sequence_length, copied.block_relative_positions) == (
+            512, 1024, True
+        )  # fmt: skip
+        assert list(copied.heads_per_shift) == heads
+
+
+def _write_cell(folder: Path, name: str, f1: list[float]) -> None:
+    """A finished cell whose per-question F1 (0..1) over whole articles is `f1`."""
+    results = {
+        "cell": {"name": name},
+        "train": {"finished": True, "seconds": 3600.0, "loss_curve": [{"step": 50, "loss": 1.5}], "machines": ["cpu"]},
+        "sets": {"article": {"exact_match": 0.0, "f1": 100 * float(np.mean(f1))}},
+        "commands": [f"python examples/run_qa.py --output_dir {name}"],
+    }
+    (folder / name).mkdir(parents=True)
+    (folder / name / "results.json").write_text(json.dumps(results))
+    (folder / name / "scores.json").write_text(json.dumps({"article": {"em": [0] * len(f1), "f1": f1}}))
+
+
+def test_the_stage_b_report_gives_the_verdict_over_whole_articles_with_the_seed_spreads(tmp_path):
+    folder = tmp_path / "results"
+    folder.mkdir()
+    articles = [0, 0, 1, 1, 2, 2, 3, 3]
+    (folder / "questions.json").write_text(json.dumps({"article": {"article": articles, "ids": []}}))
+    config = ComparisonConfig(grid="distilled_long", results_dir=str(folder), bootstrap_samples=200)
+    assert write_grid_report(config)["verdict"] is None
+    for seed, f1 in enumerate((0.50, 0.51, 0.52)):  # sliding windows: 51 F1, seeds 2 F1 apart
+        _write_cell(folder, f"n512_full_article_seed{seed}", [f1] * 8)
+    for seed, f1 in enumerate((0.60, 0.61, 0.62)):  # 10:2: 61 F1
+        _write_cell(folder, f"n1024_n2_10-2_distilled_kd_seed{seed}", [f1] * 8)
+    summary = write_grid_report(config)
+    assert summary["differences"]["D"]["article"]["difference"] == pytest.approx(10.0)
+    assert summary["verdict"] == {
+        "verdict": "BlockBERT at or above sliding windows", "D": pytest.approx(10.0),
+        "D_interval": [pytest.approx(10.0), pytest.approx(10.0)], "D_prime_measured": False,
+    }  # fmt: skip
+    assert "`D'` waits for 12:0" in (folder / "README.md").read_text()
+    _write_cell(folder, "n1024_n2_12-0_distilled_kd_seed0", [0.5] * 8)  # one seed: the largest spread here (2 F1)
+    summary = write_grid_report(config)
+    assert summary["differences"]["D'"]["article"]["spread_used"] == [pytest.approx(2.0), pytest.approx(2.0)]
+    assert summary["verdict"]["verdict"] == "BlockBERT helps"
+    readme = (folder / "README.md").read_text()
+    assert "**BlockBERT helps**" in readme and "| D' = 10:2 - 12:0 | article | +11.0 |" in readme
+
+
+def _difference(value: float, low: float, high: float, status: str = "resolved") -> dict:
+    return {"difference": value, "low": low, "high": high, "status": status}
+
+
+@pytest.mark.parametrize(
+    ("d", "d_prime", "verdict"),
+    [
+        (_difference(2.0, 0.5, 3.5), _difference(1.0, 0.2, 1.8, "unresolved: within the seed spread"),
+         "BlockBERT at or above sliding windows"),
+        (_difference(-0.2, -0.9, 0.5, "unresolved: the interval includes zero"), None,
+         "BlockBERT at or above sliding windows"),
+        (_difference(-4.0, -6.0, -2.0), _difference(3.0, 1.0, 5.0), "below sliding windows"),
+        (_difference(-1.5, -3.0, -0.1, "unresolved: within the seed spread"), None, "inconclusive"),
+        (_difference(-0.5, -2.0, 1.0, "unresolved: the interval includes zero"), None, "inconclusive"),
+    ],
+)  # fmt: skip
+def test_the_stage_b_verdict_follows_the_rule(d, d_prime, verdict):
+    differences = {"D": d} if d_prime is None else {"D": d, "D'": d_prime}
+    assert stage_b_verdict(differences)["verdict"] == verdict
