@@ -128,7 +128,7 @@ def plan_cells(speeds: dict, distillation: dict, stage_b_questions_fraction: flo
             b_steps_sliding,
             b_windows_sliding + 2 * b_steps * BATCH,
             one_session=True,
-        ),  # fmt: skip
+        ),
         qa_cell(
             "B sliding windows of 512, full attention", "full_512", b_steps_sliding, b_windows_sliding, 2, first_seed=1
         ),
