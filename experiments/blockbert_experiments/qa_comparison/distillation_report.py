@@ -254,6 +254,29 @@ def _answer_block_table(summary: Mapping) -> str:
     return "\n".join(rows)
 
 
+DIFFERENCES_TEXT = (
+    "Per question, F1 averaged over each arm's seeds; the interval is the paired bootstrap over articles (95%). A "
+    "difference\nis resolved where the interval excludes zero and it exceeds both arms' seed spreads (for an arm with "
+    "one seed, the\nlargest spread measured on that set here)."
+)
+
+
+def commands_section(grid: str, arms: Mapping[str, Mapping[int, dict]]) -> str:
+    """The report's commands: every finished cell's, as it recorded them."""
+    return f"""As each cell recorded them (`$WORK_DIR`, `$DATA_DIR`, `$DISTILLED_DIR`, `$MINILM`: the folders
+`python experiments/qa_comparison.py run --grid {grid} ...` was given).
+
+{recorded_commands(arms)}
+"""
+
+
+def write_report_files(folder: Path, text: str, summary: dict) -> dict:
+    """`README.md` (`text`) and `results.json` (`summary`) of a results folder; returns `summary`."""
+    write_file_atomically(folder / "README.md", text)
+    write_json_atomically(folder / "results.json", json.loads(json.dumps(summary)))
+    return summary
+
+
 def recorded_commands(arms: Mapping[str, Mapping[int, dict]]) -> str:
     lines = []
     for arm, cells in arms.items():
@@ -302,19 +325,11 @@ The split is a diagnostic, not part of the rule.
 
 ## Differences
 
-Per question, F1 averaged over each arm's seeds; the interval is the paired bootstrap over articles (95%). A difference
-is resolved where the interval excludes zero and it exceeds both arms' seed spreads (for an arm with one seed, the
-largest spread measured on that set here).
+{DIFFERENCES_TEXT}
 
 {_comparison_table(summary)}
 
 ## Commands
 
-As each cell recorded them (`$WORK_DIR`, `$DATA_DIR`, `$DISTILLED_DIR`, `$MINILM`: the folders
-`python experiments/qa_comparison.py run --grid distilled_table4 ...` was given).
-
-{recorded_commands(arms)}
-"""
-    write_file_atomically(folder / "README.md", text)
-    write_json_atomically(folder / "results.json", json.loads(json.dumps(summary)))
-    return summary
+{commands_section("distilled_table4", arms)}"""
+    return write_report_files(folder, text, summary)

@@ -4,15 +4,21 @@ its seeds, `D` (BlockBERT 10:2 minus sliding windows) and `D'` (10:2 minus 12:0)
 intervals and seed spreads, and the verdict over whole articles. Writes `README.md` and `results.json` in the results
 folder."""
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 
-from blockbert_hf.saving import write_file_atomically, write_json_atomically
-
-from .distillation_report import arm_cells, compare, number_text, recorded_commands, seed_mean, seed_spread
+from .distillation_report import (
+    DIFFERENCES_TEXT,
+    arm_cells,
+    commands_section,
+    compare,
+    number_text,
+    seed_mean,
+    seed_spread,
+    write_report_files,
+)
 from .grid import ComparisonConfig
 from .layout import read_json
 
@@ -152,19 +158,11 @@ Machines: {"; ".join(machines) or "none yet"}.
 
 ## Differences
 
-Per question, F1 averaged over each arm's seeds; the interval is the paired bootstrap over articles (95%). A difference
-is resolved where the interval excludes zero and it exceeds both arms' seed spreads (for an arm with one seed, the
-largest spread measured on that set here).
+{DIFFERENCES_TEXT}
 
 {_difference_table(summary)}
 
 ## Commands
 
-As each cell recorded them (`$WORK_DIR`, `$DATA_DIR`, `$DISTILLED_DIR`, `$MINILM`: the folders
-`python experiments/qa_comparison.py run --grid distilled_long ...` was given).
-
-{recorded_commands(arms)}
-"""
-    write_file_atomically(folder / "README.md", text)
-    write_json_atomically(folder / "results.json", json.loads(json.dumps(summary)))
-    return summary
+{commands_section("distilled_long", arms)}"""
+    return write_report_files(folder, text, summary)
