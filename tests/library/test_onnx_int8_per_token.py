@@ -8,9 +8,14 @@ import pytest
 from onnx import helper, numpy_helper
 
 from blockbert_hf.onnx.int8_per_token import input_maxima, quantize_per_token, smoothing_factors
+from blockbert_hf.onnx.quantization import cpu_has_vnni
 
 
 K, N = 64, 48
+# The weights' bits the export chooses on this CPU: 7 without VNNI, where ONNX Runtime sums uint8-by-int8 products in
+# pairs in 16 bits and 8-bit weights saturate. Each bit fewer doubles the weights' rounding step, and the error with it.
+BITS = 7 if cpu_has_vnni() is False else 8
+PRECISION = 0.01 * 2 ** (8 - BITS)
 
 
 def product_model(weights: dict[str, np.ndarray], shared_input: bool = True) -> onnx.ModelProto:
@@ -52,18 +57,18 @@ def weights():
 
 def test_per_token_products_keep_each_tokens_precision_next_to_a_large_token(weights):
     """One token 200 times larger than the rest (as BERT's [CLS] activations are) sets only its own scale: every
-    other token's product stays within about 1% of fp32, in the input's leading shape."""
+    other token's product stays within about 1% of fp32 (2% in 7 bits), in the input's leading shape."""
     rng = np.random.default_rng(1)
     x = rng.standard_normal((2, 7, K)).astype(np.float32)
     x[0, 0] *= 200
     model = product_model(weights)
     expected = run(model, x)
-    assert quantize_per_token(model, []) == 2
+    assert quantize_per_token(model, [], BITS) == 2
     for actual, reference in zip(run(model, x), expected):
         assert actual.shape == reference.shape == (2, 7, N)
         error = np.abs(actual - reference).reshape(-1, N)[1:].mean() / np.abs(reference).reshape(-1, N)[1:].mean()
-        assert error < 0.01
-        assert np.abs(actual - reference)[0, 0].mean() < 0.02 * np.abs(reference[0, 0]).mean()  # and its own
+        assert error < PRECISION
+        assert np.abs(actual - reference)[0, 0].mean() < 2 * PRECISION * np.abs(reference[0, 0]).mean()  # and its own
 
 
 def test_an_input_read_by_several_products_is_quantized_once_and_excluded_products_stay_fp32(weights):
@@ -110,7 +115,7 @@ def test_smoothing_moves_a_large_channel_into_the_weights(weights):
     for smoothing in (None, 0.5):
         model = product_model(weights)
         expected = run(model, x)
-        quantize_per_token(model, [], maxima=maxima, smoothing=smoothing)
+        quantize_per_token(model, [], BITS, maxima=maxima, smoothing=smoothing)
         errors[smoothing] = np.mean([np.abs(a - b).mean() / np.abs(b).mean() for a, b in zip(run(model, x), expected)])
     assert errors[0.5] < 0.6 * errors[None]
 
