@@ -1256,20 +1256,21 @@ def test_a_task_distilled_cell_from_a_distilled_encoder_caches_its_teachers_logi
     with pytest.raises(FileNotFoundError, match="task-distilled from tiny_full, which has neither cached logits"):
         run_comparison(config, [student])
 
-    assert run_comparison(config, [teacher, student]) == []  # the teacher first, in one call
+    # the teacher's cell alone writes its logits over the student's windows, before the teacher's weights are gone
+    cache = tmp_path / "results" / "teacher_logits" / "tiny_full-train_512-N512-window.safetensors"
+    assert run_comparison(replace(config, cells=["tiny_full"]), [teacher, student]) == []
+    assert cache.is_file() and not (tmp_path / "work" / "cells" / "tiny_kd").exists()
+    command = json.loads(cache.with_suffix(".json").read_text())["command"]
+    assert command.endswith("--teacher_logits_only") and "--output_dir $WORK_DIR/cells/tiny_kd/train" in command
+    shutil.rmtree(tmp_path / "work" / "cells" / "tiny_full")
+    assert run_comparison(config, [student]) == []  # a later session, without the teacher's weights
     results = json.loads((tmp_path / "results" / "tiny_kd" / "results.json").read_text())
     assert results["finished"] and results["source_model"]["distilled_from"] == "tiny-distilled"
     assert results["commands"][0].startswith(f"# $WORK_DIR/models/{student.model_name}: a copy of $DISTILLED_DIR/")
     train_command = results["commands"][1]
-    cache = tmp_path / "results" / "teacher_logits" / "tiny_full-train_512-N512-window.safetensors"
     assert "--teacher_model_name_or_path $WORK_DIR/cells/tiny_full/train/model" in train_command
-    assert "--distillation_temperature 2.0 --distillation_alpha 0.5" in train_command and cache.is_file()
-
-    # a later session without the teacher's weights trains the same cell again from the cached logits alone
-    shutil.rmtree(tmp_path / "work" / "cells" / "tiny_full")
-    shutil.rmtree(tmp_path / "work" / "cells" / "tiny_kd")
-    assert run_comparison(config, [student]) == []
-    assert json.loads((tmp_path / "results" / "tiny_kd" / "results.json").read_text())["finished"]
+    assert "--distillation_temperature 2.0 --distillation_alpha 0.5" in train_command
+    assert "--teacher_logits " in train_command and cache.name in train_command
 
 
 def _write_stage_a_cell(folder: Path, name: str, f1_by_set: dict[str, list[float]]):

@@ -5,6 +5,7 @@ for other windows), and runs: alpha 0 is plain fine-tuning, a run from the cache
 import pytest
 import torch
 from conftest import SAMPLE_TEXT, make_model, random_batch, tiny_config
+from safetensors import safe_open
 from safetensors.torch import load_file
 
 from blockbert_hf import BlockBertForQuestionAnswering
@@ -111,6 +112,15 @@ def test_alpha_zero_is_plain_fine_tuning_and_a_cached_teacher_gives_the_same_run
     distilled = run_qa(_config(qa_folders, tmp_path / "computed", teacher_model_name_or_path=teacher,
                                teacher_logits=str(cache)))  # fmt: skip
     assert cache.is_file() and distilled["teacher"] == teacher and distilled["distillation_alpha"] == 0.5
+    # --teacher_logits_only writes the same file and nothing else
+    only = tmp_path / "only.safetensors"
+    run_qa(_config(qa_folders, tmp_path / "only", teacher_model_name_or_path=teacher, teacher_logits=str(only),
+                   teacher_logits_only=True))  # fmt: skip
+    assert not (tmp_path / "only").exists()
+    for name, tensor in load_file(cache).items():
+        torch.testing.assert_close(load_file(only)[name], tensor, rtol=0, atol=0)
+    with safe_open(str(only), framework="pt") as written, safe_open(str(cache), framework="pt") as expected:
+        assert written.metadata() == expected.metadata()  # the same windows' digest
     card = (tmp_path / "computed" / "model" / "README.md").read_text()
     assert "distillation: from `teacher`, temperature 2.0, alpha 0.5" in card
     cached = run_qa(_config(qa_folders, tmp_path / "cached", teacher_logits=str(cache)))
@@ -129,5 +139,13 @@ def test_a_cache_of_other_windows_or_a_missing_teacher_is_refused(qa_folders, tm
         run_qa(_config(qa_folders, tmp_path / "b", teacher_logits=str(cache), max_train_samples=8))
     with pytest.raises(ValueError, match="does not exist: give --teacher_model_name_or_path"):
         run_qa(_config(qa_folders, tmp_path / "c", teacher_logits=str(tmp_path / "missing.safetensors")))
+    only = dict(teacher_model_name_or_path=str(qa_folders["teacher"]), teacher_logits_only=True)
+    with pytest.raises(ValueError, match="exists already; delete it"):
+        run_qa(_config(qa_folders, tmp_path / "e", teacher_logits=str(cache), **only))
+    with pytest.raises(ValueError, match="give --teacher_model_name_or_path and --teacher_logits"):
+        run_qa(_config(qa_folders, tmp_path / "f", **only))
+    with pytest.raises(ValueError, match="trains nothing: leave out --do_eval"):
+        run_qa(_config(qa_folders, tmp_path / "g", teacher_logits=str(tmp_path / "new.safetensors"), do_eval=True,
+                       validation_file=str(SQUAD_V1), **only))  # fmt: skip
     with pytest.raises(ValueError, match="--distillation_alpha must be in"):
         run_qa(_config(qa_folders, tmp_path / "d", teacher_logits=str(cache), distillation_alpha=1.5))

@@ -154,15 +154,50 @@ def _convert(config: ComparisonConfig, cell: Cell, source: Path) -> None:
         check_step(run_step(config, "convert_roberta_to_blockbert.py", args), "convert_roberta_to_blockbert.py", args)
 
 
-def run_cell(config: ComparisonConfig, cell: Cell, manifest: Mapping, test_sets: Sequence[str], source: Path) -> None:
-    """Converts (unless cached), fine-tunes (unless done; resuming from a checkpoint) and evaluates on the sets of its
-    half without results, then writes the cell's results files."""
+def _write_students_logits(
+    config: ComparisonConfig, teacher: Cell, students: Sequence[Cell], manifest: Mapping, source: Path
+) -> None:
+    """The fine-tuned `teacher`'s logits over the training windows of each cell of `students` that it teaches, where
+    they are not cached yet (`run_qa --teacher_logits_only`, the student's own training command otherwise): its
+    weights do not outlive the session, the few MB of logits carry it to the students' sessions. Each file gets a
+    record of its command beside it."""
+    for student in students:
+        logits = CellLayout(config, student).teacher_logits
+        if student.teacher != teacher.name or logits.is_file():
+            continue
+        _convert(config, student, source)  # the student's tokenizer and config make its windows
+        training_file(config, student, manifest, create=True)
+        minutes = estimated_train_minutes(config, student, manifest)
+        args = [*train_args(config, student, manifest, minutes), "--teacher_logits_only"]
+        result = run_step(config, "run_qa.py", args)
+        check_step(result, "run_qa.py", args)
+        record = {
+            "command": command_line("run_qa.py", args, recorded_names(config, source)),
+            "machine": machine_description(),
+            "seconds": round(result.seconds, 1),
+            "sha256": sha256_of_file(logits),
+        }
+        write_json_atomically(logits.with_suffix(".json"), record)
+
+
+def run_cell(
+    config: ComparisonConfig,
+    cell: Cell,
+    manifest: Mapping,
+    test_sets: Sequence[str],
+    source: Path,
+    students: Sequence[Cell] = (),
+) -> None:
+    """Converts (unless cached), fine-tunes (unless done; resuming from a checkpoint), writes its logits for the
+    cells of `students` it teaches, and evaluates on the sets of its half without results, then writes the cell's
+    results files."""
     layout = CellLayout(config, cell)
     test_sets = cell_sets(manifest, test_sets, cell)
     names = recorded_names(config, source)
     _convert(config, cell, source)
     if not is_saved_model(layout.trained_model):
         _train(config, cell, manifest, names)
+    _write_students_logits(config, cell, students, manifest, source)
     for test_set in test_sets:
         if not (layout.eval(test_set) / MEASUREMENTS_FILE).is_file():
             _evaluate(config, cell, manifest, test_set, names)
@@ -192,7 +227,7 @@ def run_comparison(config: ComparisonConfig, grid: Sequence[Cell] | None = None)
     for cell in cells:
         logger.info(f"Cell {cell.name}: {cell.label}")
         try:
-            run_cell(config, cell, manifest, test_sets, source)
+            run_cell(config, cell, manifest, test_sets, source, students=grid)
         except StepFailed as error:
             logger.error(f"Cell {cell.name} failed ({error}); going on with the next cell.")
             failed.append(cell.name)

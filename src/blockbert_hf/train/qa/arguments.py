@@ -129,6 +129,13 @@ class QARunConfig:
             "--teacher_model_name_or_path is given and it does not exist, read instead of the teacher otherwise"
         },
     )
+    teacher_logits_only: bool = field(
+        default=False,
+        metadata={
+            "help": "with --do_train: write --teacher_logits (computed with --teacher_model_name_or_path over this "
+            "run's training windows) and stop without training, so that a later run needs the file, not the teacher"
+        },
+    )
     distillation_temperature: float = field(default=2.0, metadata={"help": "T of the distillation loss"})
     distillation_alpha: float = field(default=0.5, metadata={"help": "the distillation loss's share of the loss"})
     # ---- training
@@ -347,6 +354,18 @@ def _check_distillation_options(config: QARunConfig) -> None:
         )
     if config.teacher_model_name_or_path and not cached:
         check_input_paths({}, {"--teacher_model_name_or_path": config.teacher_model_name_or_path})
+    if config.teacher_logits_only:
+        if not (config.teacher_logits and config.teacher_model_name_or_path):
+            raise ValueError(
+                "--teacher_logits_only writes the teacher's logits: give --teacher_model_name_or_path and "
+                "--teacher_logits (the file to write)."
+            )
+        if cached:
+            raise ValueError(
+                f"--teacher_logits_only: {config.teacher_logits} exists already; delete it to compute it again."
+            )
+        if config.do_eval or config.push_to_hub:
+            raise ValueError("--teacher_logits_only trains nothing: leave out --do_eval and --push_to_hub.")
 
 
 def _check_config(config: QARunConfig) -> str | None:
@@ -354,6 +373,8 @@ def _check_config(config: QARunConfig) -> str | None:
     ("latest", a checkpoint folder, or None for a fresh run)."""
     if not (config.do_train or config.do_eval):
         raise ValueError("Nothing to do: pass --do_train and/or --do_eval.")
+    if config.teacher_logits_only and not config.do_train:
+        raise ValueError("--teacher_logits_only computes the logits over the training windows: add --do_train.")
     if config.window_scoring is not None:
         check_window_scoring(config.window_scoring)
     if config.window_layout is not None:

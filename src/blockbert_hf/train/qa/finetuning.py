@@ -85,11 +85,30 @@ def run_qa(config: QARunConfig) -> dict:
     its model card (`README.md`, with the evaluation when there is one) to `output_dir/model`, checkpoints to
     `output_dir/checkpoints/step_N`, the training log to `metrics.jsonl`, and `eval_predictions.json`,
     `eval_metrics.json` (and for SQuAD 2.0 `eval_null_odds.json`) to `output_dir`. Returns the metrics and a summary
-    of the run (on the main process; empty elsewhere)."""
+    of the run (on the main process; empty elsewhere). With `teacher_logits_only`, writes the teacher's logits
+    instead (`write_teacher_logits`)."""
+    if config.teacher_logits_only:
+        return write_teacher_logits(config)
     accelerator, resume_from, run_args = _start(config)
     results = _run(config, accelerator, resume_from, run_args)
     end_run(accelerator)  # after _run returned: no reference to the prepared model is left here
     return results
+
+
+def write_teacher_logits(config: QARunConfig) -> dict:
+    """`--teacher_logits_only`: the teacher's logits over the training windows this run would train on, written to
+    `--teacher_logits`, so that a later session trains from the file without the teacher's weights; nothing is
+    written to `output_dir`. Returns what was written (on the main process; empty elsewhere)."""
+    _check_config(config)
+    accelerator = Accelerator(mixed_precision=config.mixed_precision)
+    set_seed(config.seed)  # as a training run does before preparing its windows, so the windows are the same
+    model, tokenizer = _load_model_and_tokenizer(config)
+    data, summary = _prepare_data(config, accelerator, model, tokenizer)
+    collator = DataCollatorWithPadding(tokenizer)
+    logits = _teacher_logits(config, accelerator, data.train_features, collator, _objective_block_size(summary))
+    end_run(accelerator)
+    written = {"teacher": config.teacher_model_name_or_path, "teacher_logits": config.teacher_logits}
+    return {**summary, **written, "train_windows": len(logits.start)} if accelerator.is_main_process else {}
 
 
 def _run(config: QARunConfig, accelerator: Accelerator, resume_from: Path | None, run_args: dict) -> dict:
