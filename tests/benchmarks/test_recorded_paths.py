@@ -1,5 +1,5 @@
-"""Committed results name no folder of the machine that made them: every path in the results files under docs/ and in
-the model cards is relative to the repository (or a named folder such as `$WORK_DIR`), never absolute, never leaving
+"""Committed results name no folder of the machine that made them: every path in the results files and under docs/
+is relative to the repository (or a named folder such as `$WORK_DIR`), never absolute, never leaving
 the repository with `../`, never a site-packages folder; and `recorded_path` / `recorded_command`, which every writer
 of those files uses, record paths that way."""
 
@@ -24,7 +24,7 @@ LINK_BEFORE = re.compile(r"(?:\]\(\s*|^\s*\[[^\]]+\]:\s*|(?:href|src)=[\"']?)$")
 
 RESULTS_FILES = sorted(
     path.relative_to(REPO_ROOT).as_posix()
-    for pattern in ("docs/**/*.md", "results/**/*.json", "results/**/*.jsonl", "results/**/*.md", "model_cards/**/*.md")
+    for pattern in ("docs/**/*.md", "results/**/*.json", "results/**/*.jsonl", "results/**/*.md")
     for path in REPO_ROOT.glob(pattern)
     if path.is_file()
 )
@@ -76,7 +76,6 @@ def file_problems(path: str) -> list[str]:
 def test_there_are_results_files_of_every_kind():
     assert {Path(path).suffix for path in RESULTS_FILES} == {".json", ".jsonl", ".md"}
     assert "results/demo/results.json" in RESULTS_FILES and "results/qa_comparison/results.json" in RESULTS_FILES
-    assert any(path.startswith("model_cards/") for path in RESULTS_FILES)
 
 
 @pytest.mark.parametrize("path", RESULTS_FILES)
