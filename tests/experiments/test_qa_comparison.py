@@ -146,7 +146,8 @@ def test_a_cell_may_lay_out_windows_in_blocks_count_positions_per_block_and_eval
     plain = Cell("dev_plain", 1024, "blockwise", 2, "10:2", train_set="train_article", eval_half="dev")
     assert cell.model_name == "blockwise-N1024-n2-10_2-block-relative" != plain.model_name
     config = ComparisonConfig()
-    assert "--block_relative_positions" in convert_args(config, cell, Path("source"))
+    converted = convert_args(config, cell, Path("source"))
+    assert "--block_relative_positions" in converted and _options(converted)["--block_size"] == "512"
     assert "--block_relative_positions" not in convert_args(config, plain, Path("source"))
     args = train_args(config, cell, MANIFEST, train_minutes=10.0)
     options = _options(args)
@@ -1335,6 +1336,19 @@ def test_the_stage_a_report_chooses_the_distilled_arm_on_the_dev_articles_and_st
         assert write_grid_report(config)["choice"]["arm"] == chosen
     assert summary["comparisons"]["a-e"]["window_512"]["difference"] == pytest.approx(61 - 70)
 
+    # whether distillation helped: (e) against its converted control (f), in the same layout
+    assert "**Did self-distillation help?** Not known yet: (f) has no `window_512` results." in readme
+    for control_f1, helped in ((0.6, "Yes"), (0.69, "Not resolved")):  # 10 F1 apart, then 1 (below (a)'s spread)
+        shutil.rmtree(folder / "n512_n2_10-2_prefixed_seed0", ignore_errors=True)
+        cell("n512_n2_10-2_prefixed_seed0", 0.4, [control_f1] * 8)
+        effect = write_grid_report(config)["distillation_effect"]
+        assert effect["helped"] is (helped == "Yes") and not effect["hurt"]
+        assert (
+            f"**Did self-distillation help?** {helped}: (e) minus (f) on `window_512`"
+            in (folder / "README.md").read_text()
+        )
+    assert effect["status"] == "unresolved: within the seed spread"
+
 
 def test_the_stage_a_report_splits_the_filled_contexts_by_the_block_that_holds_the_answer(tmp_path):
     from blockbert_experiments.qa_comparison.runner import write_grid_report
@@ -1362,7 +1376,7 @@ def test_the_stage_a_report_splits_the_filled_contexts_by_the_block_that_holds_t
     assert by_block["window_512"]["f1"]["a"] == {"first": pytest.approx(70.0), "second": pytest.approx(40.0)}
     assert by_block["window_512"]["f1"]["c"] == {"first": pytest.approx(60.0), "second": pytest.approx(10.0)}
     readme = (folder / "README.md").read_text()
-    assert "| window_512 | at token 256 or later | 1 | 40.0 | - | 10.0 | - | - |" in readme
+    assert "| window_512 | at token 256 or later | 1 | 40.0 | - | 10.0 | - | - | - |" in readme
 
     # positions of other questions than the scored ones are not read
     positions["sets"]["window_512"]["ids_sha256"] = ids_digest(ids[::-1])

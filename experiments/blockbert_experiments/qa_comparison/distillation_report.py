@@ -1,7 +1,8 @@
 """The report of the distillation comparison's Stage A (`--grid distilled_table4`), as
-`docs/long_document_decision_rule.md` (its amendment) fixes it: each arm's F1 per set averaged over its seeds, the
+`docs/long_document_decision_rule.md` (its amendments) fix it: each arm's F1 per set averaged over its seeds, the
 choice of the distilled arm on the dev articles, the gaps with their paired article-bootstrap intervals and seed
-spreads, and the verdict on the target. Writes `README.md` and `results.json` in the results folder."""
+spreads, the verdict on the target and whether self-distillation helped. Writes `README.md` and `results.json` in the
+results folder."""
 
 import json
 import logging
@@ -28,6 +29,7 @@ ARMS = {
     "c": ("n512_n2_10-2_distilled", "n = 2 from the self-distilled encoder"),
     "d": ("n512_n2_10-2_distilled_kd", "(c) task-distilled from (a)"),
     "e": ("n512_n2_10-2_distilled_prefixed", "(c) with the question prefixed to each block"),
+    "f": ("n512_n2_10-2_prefixed", "(b) with the question prefixed to each block (the control of (e))"),
 }
 DISTILLED_ARMS = ("c", "d", "e")  # in the order of the choice: a later arm must beat the one kept by more than TIE
 SETS = ("dev_paragraph", "dev_window_512", "paragraph", "window_512")
@@ -36,7 +38,10 @@ TIE = 0.5  # F1 within which the arm kept so far, the simpler, stays
 TARGET, GOAL = 5.0, 2.0  # (a) minus the distilled arm on window_512, F1 points
 TARGET_SET = "window_512"
 BLOCK = 256  # tokens of a block of n = 2 at N = 512
-SECOND_AMENDMENT = "../../../docs/long_document_decision_rule.md#second-amendment-a-question-prefixed-arm-in-stage-a"
+RULE = "../../../docs/long_document_decision_rule.md"
+SECOND_AMENDMENT = f"{RULE}#second-amendment-a-question-prefixed-arm-in-stage-a"
+FOURTH_AMENDMENT = f"{RULE}#fourth-amendment-the-converted-control-of-e"
+DISTILLATION_EFFECT = ("e", "f")  # the fourth amendment: (e) minus (f) on TARGET_SET says whether distillation helped
 
 
 def arm_cells(results_dir: Path, named: Mapping[str, tuple[str, str]] = ARMS) -> dict[str, dict[int, dict]]:
@@ -130,6 +135,7 @@ def stage_a_summary(config: ComparisonConfig, arms: Mapping[str, Mapping[int, di
     comparisons = {}
     chosen = choice["arm"]
     pairs = [("a", "b"), *(("a", arm) for arm in DISTILLED_ARMS), *((arm, "b") for arm in DISTILLED_ARMS)]
+    pairs += [("a", "f"), DISTILLATION_EFFECT]
     for test_set in ("window_512", "paragraph"):
         measured = [spread for entry in table.values() if (spread := entry["seed_spread"].get(test_set)) is not None]
         known = max(measured, default=None)
@@ -149,10 +155,16 @@ def stage_a_summary(config: ComparisonConfig, arms: Mapping[str, Mapping[int, di
             "with_confidence": gap["high"] <= TARGET,
         }
     cells = [cell["cell"]["name"] for entry in arms.values() for cell in entry.values()]
+    effect = comparisons.get("-".join(DISTILLATION_EFFECT), {}).get(TARGET_SET)
+    distillation = None if effect is None else {
+        "difference": effect["difference"], "interval": [effect["low"], effect["high"]], "status": effect["status"],
+        "helped": effect["status"] == "resolved" and effect["difference"] > 0,
+        "hurt": effect["status"] == "resolved" and effect["difference"] < 0,
+    }  # fmt: skip
     by_block = f1_by_answer_block(arms, read_json(Path(config.results_dir) / ANSWER_BLOCKS_FILE))
     return {
         "cells": cells, "arms": table, "choice": choice, "comparisons": comparisons, "verdict": verdict,
-        "f1_by_answer_block": by_block,
+        "distillation_effect": distillation, "f1_by_answer_block": by_block,
     }  # fmt: skip
 
 
@@ -241,6 +253,19 @@ def _verdict_text(summary: Mapping) -> str:
     )
 
 
+def _distillation_effect_text(summary: Mapping) -> str:
+    """Whether self-distillation helped, as the fourth amendment decides it: (e) minus (f) on `TARGET_SET`."""
+    effect, (distilled, control) = summary["distillation_effect"], DISTILLATION_EFFECT
+    if effect is None:
+        return f"**Did self-distillation help?** Not known yet: ({control}) has no `{TARGET_SET}` results."
+    low, high = effect["interval"]
+    word = "yes" if effect["helped"] else ("no, it hurt" if effect["hurt"] else "not resolved")
+    return (
+        f"**Did self-distillation help?** {word.capitalize()}: ({distilled}) minus ({control}) on `{TARGET_SET}` is "
+        f"{effect['difference']:+.1f} F1 (interval {low:+.1f} to {high:+.1f}; {effect['status']})."
+    )
+
+
 def _answer_block_table(summary: Mapping) -> str:
     by_block = summary["f1_by_answer_block"]
     if not by_block:
@@ -298,7 +323,8 @@ def write_stage_a_report(config: ComparisonConfig) -> dict:
 Written from the cells finished so far by `python experiments/qa_comparison.py report --grid distilled_table4
 --results_dir results/distillation/stage_a`, under the rule fixed before their test runs
 ([the amendment](../../../docs/long_document_decision_rule.md#amendment-the-distillation-comparison-on-a-2-core-cpu));
-(e) was added by [a second amendment]({SECOND_AMENDMENT}) after (a) and (c) had test results, and before it ran.
+(e) was added by [a second amendment]({SECOND_AMENDMENT}) after (a) and (c) had test results, and before it ran;
+(f) by [a fourth]({FOURTH_AMENDMENT}) after (e) had test results, and before it ran.
 Every cell starts from all-MiniLM-L6-v2 (converted, or self-distilled as [results/distillation](../README.md)
 describes), fine-tunes 2 epochs at learning rate 2e-4, batch 16, fp32, on the first half's questions with contexts
 filled to 512 tokens, and is scored with null-relative window scoring on the dev articles, then on the test half's
@@ -313,6 +339,8 @@ Machines: {"; ".join(machines) or "none yet"}.
 ## The choice and the target
 
 {_verdict_text(summary)}
+
+{_distillation_effect_text(summary)}
 
 ## F1 by where the answer starts
 

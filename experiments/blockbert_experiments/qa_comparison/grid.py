@@ -278,20 +278,23 @@ def _stage_a_cell(name: str, pattern: str, num_blocks=1, heads=None, seed=0, **d
     return replace(cell, eval_sets=STAGE_A_SETS, **STAGE_A_RECIPE, **distillation)
 
 
+# The question prefixed to both blocks of 256, positions restarting in each. Prefixed, a filled context can overflow
+# into a second, short window that usually holds no answer: batches grouped by length gather those, and the first run
+# of (e) stopped learning on them (the second amendment), so these cells draw their batches at random.
+PREFIXED_BLOCKS = dict(window_layout="question_prefixed_blocks", block_relative_positions=True, group_by_length=False)
+
+
 def _stage_a_distilled(name: str, seed: int, task_distilled: bool = False, prefixed: bool = False) -> Cell:
     teacher = "n512_full_seed0" if task_distilled else None
-    # Prefixed, a filled context can overflow into a second, short window that usually holds no answer: batches
-    # grouped by length gather those, and the first run of (e) stopped learning on them (the second amendment).
-    layout = {}
-    if prefixed:
-        layout = dict(window_layout="question_prefixed_blocks", block_relative_positions=True, group_by_length=False)
+    layout = PREFIXED_BLOCKS if prefixed else {}
     return _stage_a_cell(
         name, "blockwise", 2, "10:2", seed, distilled_from=DISTILLED_ENCODER_N512, teacher=teacher, **layout
     )
 
 
 # (e), added after (a) and (c) had test results (the rule's second amendment): (c) with the question prefixed to both
-# blocks of 256 and positions restarting in each, so that the second block reads the question in every head.
+# blocks, so that the second block reads the question in every head. (f), added after (e) had test results (the fourth
+# amendment): (e)'s layout on the converted encoder, the control that says whether self-distillation helped.
 
 
 DISTILLED_TABLE4_GRID: tuple[Cell, ...] = (
@@ -304,6 +307,7 @@ DISTILLED_TABLE4_GRID: tuple[Cell, ...] = (
     _stage_a_distilled("n512_n2_10-2_distilled_kd_seed1", 1, task_distilled=True),  # only if (d) is chosen
     _stage_a_distilled("n512_n2_10-2_distilled_prefixed_seed0", 0, prefixed=True),  # (e)
     _stage_a_distilled("n512_n2_10-2_distilled_prefixed_seed1", 1, prefixed=True),  # only if (e) is chosen
+    _stage_a_cell("n512_n2_10-2_prefixed_seed0", "blockwise", 2, "10:2", **PREFIXED_BLOCKS),  # (f)
 )
 
 # The distillation comparison's Stage B (results/distillation/stage_b; the rule's third amendment), N = 1024 over

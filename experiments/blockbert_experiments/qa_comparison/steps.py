@@ -33,8 +33,8 @@ def convert_args(config: ComparisonConfig, cell: Cell, source: Path) -> list[str
     args += ["--attention_pattern", cell.attention_pattern, "--num_blocks", str(cell.num_blocks)]
     if cell.heads_per_shift:
         args += ["--heads_per_shift", cell.heads_per_shift]
-    if cell.block_relative_positions:
-        args.append("--block_relative_positions")
+    if cell.block_relative_positions:  # N = num_blocks x block_size, each block reading the first position rows
+        args += ["--block_relative_positions", "--block_size", str(cell.max_seq_length // cell.num_blocks)]
     return args
 
 
