@@ -118,7 +118,9 @@ def plan_cells(speeds: dict, distillation: dict, stage_b_questions_fraction: flo
         qa_cell("A (c) n = 2 from the distilled encoder", "n2_512", a_steps, a_windows),
         qa_cell("A (d) (c) + task distillation from (a)", "n2_512", a_steps, a_windows),
         qa_cell("A (e) (c) with the question prefixed to each block", "n2_512", a_steps, a_windows),
-        qa_cell("A (f) (b) with the question prefixed to each block (the control of (e))", "n2_512", a_steps, a_windows),
+        qa_cell(
+            "A (f) (b) with the question prefixed to each block (the control of (e))", "n2_512", a_steps, a_windows
+        ),
         qa_cell("A second seed of (a)", "full_512", a_steps, a_windows),
         qa_cell("A second seed of the distilled arm (the best of (c), (d), (e))", "n2_512", a_steps, a_windows),
         # The teacher's weights do not outlive its session: its logits over BlockBERT's training blocks (two blocks a
