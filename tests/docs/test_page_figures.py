@@ -48,6 +48,8 @@ LAYOUT_PREFIXED, LAYOUT_QUESTION_FIRST = "dev_n1024_n2_prefixed_blocks", "dev_n1
 RESULTS = "docs/results.md"
 CPU_THROUGHPUT = "results/adaptation/cpu_throughput.json"
 REFERENCE_RUN = "results/adaptation/reference/adaptation_results.json"
+STAGE_A = "results/distillation/stage_a/results.json"
+STAGE_A_CONTROL = "results/distillation/stage_a/n512_n2_10-2_prefixed_seed0/results.json"  # (f)
 
 
 def adaptation_run(run: str, key: str):
@@ -240,6 +242,13 @@ FIGURES = {
         Figure("but at {}x and", QA_SPEED_INTEL, qa_speed_up(INT8)),
         Figure("and {}x on a", QA_SPEED_INTEL, qa_speed_up(FP32)),
         Figure("on a {}-core Intel", QA_SPEED_INTEL, json_key("threads"), "{}"),
+        Figure("in {} hours, BlockBERT", STAGE_A, lambda r: r["arms"]["f"]["train_hours"][0], "{:.1f}"),
+        Figure("n = 2\nscored F1 {} on", STAGE_A, json_key("arms", "f", "f1", "window_512"), "{:.1f}"),
+        Figure("on {} test questions", STAGE_A, json_key("comparisons", "a-f", "window_512", "questions"), "{:,}"),
+        Figure("filled to {} tokens, where", STAGE_A_CONTROL, json_key("cell", "max_seq_length"), "{}"),
+        Figure("batch scored {} (mean", STAGE_A, json_key("arms", "a", "f1", "window_512"), "{:.1f}"),
+        Figure("(mean of {} seeds)", STAGE_A, lambda r: len(r["arms"]["a"]["seeds"]), "{}"),
+        Figure("fine-tuning added {}, which", STAGE_A, json_key("distillation_effect", "difference"), "{:.1f}"),
     ],
     # int8 on the development article and the QA pipeline's speed on two CPUs.
     "docs/benchmarks.md": [
