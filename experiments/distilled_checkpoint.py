@@ -15,6 +15,7 @@ ones the parts apply to, a missing result file), refused before OUTPUT_DIR is wr
 
 import argparse
 import json
+import shlex
 import shutil
 import sys
 import tempfile
@@ -28,13 +29,12 @@ from blockbert_experiments.qa_comparison.distillation_report import ARMS, TARGET
 from blockbert_experiments.weight_parts import restore_parts
 from blockbert_hf import BlockBertConfig
 from blockbert_hf.conversion import (
-    ConversionError,
     check_output_dir,
     conversion_summary,
     convert_checkpoint,
     save_converted,
 )
-from blockbert_hf.saving import OutputOverwritesInputError, atomic_directory
+from blockbert_hf.saving import atomic_directory
 from blockbert_hf.train.model_card import CITATION, assemble_card, markdown_table, model_rows, write_model_card
 
 
@@ -59,6 +59,7 @@ def read_results(results_dir: Path) -> dict:
     """The committed files the card quotes; a `FileNotFoundError` naming a missing one."""
     files = {
         "distilled": "distilled_n512.json",
+        "recipe_runs": "recipe_n512.json",
         "corpus": "corpus_manifest.json",
         "stage_a": "stage_a/results.json",
         "recipe": f"stage_a/{ARMS[DISTILLED_ARM][0]}_seed0/results.json",
@@ -77,7 +78,12 @@ def build_card(results: Mapping, config, name: str) -> ModelCard:
     run = results["distilled"]["runs"][0]
     before, after = run["evaluations"][0], run["evaluations"][-1]
     settings, corpus, stage_a = run["settings"], results["corpus"], results["stage_a"]
+    options = _command_options(run["command"])
+    seq_len = config.max_sequence_length
+    sequences_per_step = int(options["--tokens_per_batch"]) // seq_len
     tokens = sum(entry["tokens"] for entry in corpus["train"])
+    steps, recipe_runs = settings["max_train_steps"], len(results["recipe_runs"]["runs"])
+    passes = steps * int(options["--tokens_per_batch"]) / tokens
     data = ModelCardData(
         model_name=name,
         base_model=BASE_MODEL,
@@ -118,8 +124,8 @@ QA head.
    --heads_per_shift 10:2` (N = 512, the source's positions).
 2. **Self-distillation** (`examples/distill_blockbert.py`): the converted model with full attention, frozen, is the
    teacher; the student matches every layer's output (MSE over real tokens, divided by the teacher's variance of the
-   layer) and the last layer's cosine, embeddings frozen. {settings["max_train_steps"]:,} steps of 4 x 512 tokens,
-   learning rate {_rate(settings["learning_rate"])}, chosen on held-out text among four runs.
+   layer) and the last layer's cosine, embeddings frozen. {steps:,} steps of {sequences_per_step} x {seq_len}
+   tokens, learning rate {_rate(settings["learning_rate"])}, chosen on held-out text among {recipe_runs} runs.
 3. **Weights** travel as bf16 copies of the tensors distillation changed (about three significant digits of each),
    applied to a new conversion of the source.
 4. **Positions** restart in each block (`block_relative_positions`), as in the question-answering models below;
@@ -127,7 +133,7 @@ QA head.
 
 ## Training data
 
-The student read {tokens:,} tokens of English text once (its teacher's outputs, no labels):
+The student read {tokens:,} tokens of English text {passes:.2f} times over (its teacher's outputs, no labels):
 
 {markdown_table(["file", "source", "documents", "tokens"], corpus_rows)}
 WikiText-2 (CC BY-SA 3.0) and four Project Gutenberg novels (public domain in the USA). The SQuAD v1.1 dev articles
@@ -136,7 +142,7 @@ question-answering results below are measured, and the dev articles of that comp
 
 ## Results
 
-Held out: the first 64 sequences of 512 tokens of WikiText-2's test split.
+Held out: the first {options["--max_eval_sequences"]} sequences of {seq_len} tokens of WikiText-2's test split.
 
 {markdown_table(["", "converted", "distilled"], distillation_rows)}
 ### Question answering
@@ -162,6 +168,12 @@ BlockBERT: "Blockwise Self-Attention for Long Document Understanding", Qiu et al
 
 {CITATION}"""
     return assemble_card(data, body)
+
+
+def _command_options(command: str) -> dict[str, str]:
+    """`--name value` pairs of a recorded command line."""
+    words = shlex.split(command)
+    return {word: value for word, value in zip(words, words[1:]) if word.startswith("--")}
 
 
 def _rate(value: float) -> str:
@@ -216,8 +228,7 @@ def build_checkpoint(output_dir: Path, source_model: Path, results_dir: Path, ov
         config = BlockBertConfig.from_dict({**config.to_dict(), **QA_POSITIONS})
         card = build_card(results, config, output_dir.resolve().name)
         with atomic_directory(output_dir) as staging:
-            for path in restored_dir.iterdir():
-                shutil.copy2(path, staging / path.name)
+            shutil.copytree(restored_dir, staging, dirs_exist_ok=True)
             config.save_pretrained(staging)
             write_model_card(card, staging)
     return output_dir
@@ -239,7 +250,7 @@ def main(argv=None) -> int:
     try:
         source_model = args.source_model or installed_minilm()
         folder = build_checkpoint(args.output_dir, source_model, args.results_dir, args.overwrite_output_dir)
-    except (ConversionError, OutputOverwritesInputError, FileNotFoundError, ValueError) as error:
+    except (FileNotFoundError, ValueError) as error:  # ConversionError is a ValueError
         print(f"distilled_checkpoint.py: {error}", file=sys.stderr)
         return 2
     print(f"written: {folder}")

@@ -37,6 +37,9 @@ def test_the_card_quotes_the_committed_results():
     for title in RESULTS["corpus"]["squad"]["first_half_articles"]:
         assert title.replace("_", " ") in text
     assert "2 epochs, learning rate 2e-4, batch 16, fp32" in text
+    # the run's settings, read from its recorded command: --tokens_per_batch 2048 and --max_eval_sequences 64
+    assert "1,000 steps of 4 x 512\n   tokens" in text and "chosen on held-out text among 4 runs" in text
+    assert "the first 64 sequences of 512 tokens" in text and "text 1.02 times over" in text
 
 
 @pytest.mark.parametrize(
