@@ -1,19 +1,9 @@
 """`make demo`: long-document question answering with BlockBERT, from real pretrained weights, on 2 CPU cores.
 
-    python experiments/demo.py [--output_dir outputs/demo] [--train_file SQUAD_FILE] [--num_train_epochs 2]
-
-1. converts all-MiniLM-L6-v2 to BlockBERT at N = 1024 (n = 2 blocks of 512, heads 10:2, block-relative positions)
-   with `examples/convert_roberta_to_blockbert.py`, which verifies the conversion;
-2. fine-tunes it for extractive QA on the bundled SQuAD v1.1 articles with `examples/run_qa.py`: a seeded choice of
-   questions over their whole article (windows of 640 tokens, the question in every block, windows without the
-   answer kept at a set rate and labelled null), the other questions over their own paragraph;
-3. answers every question of a held-out article through `pipeline("question-answering", trust_remote_code=True)`,
-   over its own paragraph and over the whole article, and prints examples and EM/F1;
-4. times one forward of full attention against BlockBERT n = 2 and n = 4 with the same weights (eager and sdpa);
-5. writes `results.json` and `report.md`; the model folder keeps the model card `run_qa` wrote (`README.md`).
-
-More data: `--train_file path/to/dev-v1.1.json.gz --max_train_questions 0 --num_train_epochs 3` (the held-out article
-is left out of training).
+Converts all-MiniLM-L6-v2 to BlockBERT (N = 1024, n = 2 blocks), fine-tunes it for extractive QA on the bundled SQuAD
+articles with `examples/run_qa.py`, answers a held-out article through `pipeline("question-answering")`, times full
+attention against BlockBERT on the same weights, and writes `results.json` and `report.md` (docs/results.md#make-demo).
+More data: `--train_file path/to/dev-v1.1.json.gz --max_train_questions 0 --num_train_epochs 3`.
 """
 
 import json
@@ -24,10 +14,10 @@ import shlex
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import NoReturn
 
 import datasets
 import torch
@@ -37,35 +27,37 @@ from transformers import AutoTokenizer, HfArgumentParser, pipeline
 from blockbert_benchmarks.measuring.machine import machine_description, recorded_command, recorded_path
 from blockbert_benchmarks.measuring.memory import track_peak_memory
 from blockbert_benchmarks.measuring.timing import interleaved_medians
+from blockbert_benchmarks.qa_pipeline import MAX_ANSWER_TOKENS, squad_scores
 from blockbert_hf import BlockBertConfig
 from blockbert_hf.conversion import REPORT_FILE, with_blockwise_fields
 from blockbert_hf.conversion.weights import extend_position_embeddings
 from blockbert_hf.model.configuration_blockbert import parse_heads_per_shift
 from blockbert_hf.model.modeling_blockbert import BlockBertForQuestionAnswering
 from blockbert_hf.model.question_answering_windows import check_window_layout
-from blockbert_hf.saving import (
-    check_output_keeps_inputs,
-    sha256_of_file,
-    write_file_atomically,
-    write_json_atomically,
-)
-from blockbert_hf.train.qa import load_squad_metric, read_squad_json
+from blockbert_hf.saving import check_output_keeps_inputs, sha256_of_file, write_file_atomically, write_json_atomically
+from blockbert_hf.train.qa import read_squad_json
 from blockbert_hf.train.runs import METRICS_FILE, RUN_ARGS_FILE, HelpFormatter, cpu_has_native_bf16, read_metrics
 
 from .context_filling import make_example, read_articles
 from .minilm import MINILM_VARIABLE, installed_minilm
 
 
-# Answers longer than this many tokens are not proposed (run_qa's default, so training and demo score alike).
-MAX_ANSWER_TOKENS = 30
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SAMPLES = REPO_ROOT / "data" / "samples"
+RESULTS_KIND = "blockbert-hf demo"
+# What the demo writes into its output folder (a rerun replaces it).
+DEMO_OUTPUTS = ("data", "converted", "qa", "results.json", "report.md")
 # The demo's options that are paths: its results record them as `recorded_path` does.
 PATH_ARGUMENTS = ("output_dir", "source_model", "train_file", "held_out_file")
+# run_qa's default overlap of training windows: a window must be longer.
+DOC_STRIDE = 128
+MIXED_PRECISION_CHOICES = ("auto", "no", "bf16")
 
 
 @dataclass
 class HeldOutArticle:
-    """An article the model is not trained on: its paragraphs in order and its questions (SQuAD rows whose
-    `context` is the question's own paragraph)."""
+    """An article the model is not trained on: its paragraphs in order and its questions (SQuAD rows over their own
+    paragraph)."""
 
     title: str
     paragraphs: list[str]
@@ -73,7 +65,6 @@ class HeldOutArticle:
 
     @property
     def document(self) -> str:
-        """The whole article: its paragraphs, one after the other."""
         return "\n\n".join(self.paragraphs)
 
 
@@ -87,67 +78,52 @@ def write_training_file(
     paragraph_questions: bool = False,
     paragraph_negative_rate: float = 0.0,
 ) -> dict:
-    """Writes the questions of `squad_file`'s articles other than `held_out_title` (the first `max_articles` of them; a
-    seeded choice of `max_questions` of their questions) as a SQuAD file whose contexts are whole articles: each
-    question's context is its article, paragraphs joined as `context_filling.make_example` joins them, so that
-    training cuts it into windows of several blocks, as the pipeline reads a long document. With `paragraph_questions`,
-    the articles' other questions are added too, each over its own paragraph: one short input a question, several
-    times cheaper to train on than a window of the article, so that span extraction is learnt from many more questions
-    in the same time (these inputs fill the first block only; the article windows train the heads reading another
-    block). Each of those questions is also added, at `paragraph_negative_rate` (seeded), over another paragraph of its
-    article with no answer (null): windows without the answer, which whole-article reading has to tell apart.
-    Returns what it holds."""
+    """Writes a SQuAD file of the articles other than `held_out_title` (the first `max_articles`): a seeded choice of
+    `max_questions` questions over their whole article (windows of several blocks, as the pipeline reads a long
+    document); with `paragraph_questions`, the others over their own paragraph (cheap inputs: many more questions in
+    the same time), each also, at `paragraph_negative_rate`, over another paragraph without answer (null). Returns
+    what it holds."""
     articles = [article for article in read_articles(squad_file) if article.title != held_out_title]
-    if max_articles is not None:
-        articles = articles[:max_articles]
+    articles = articles[:max_articles] if max_articles is not None else articles
     if not articles:
         raise ValueError(f"{squad_file} has no article other than {held_out_title!r} to train on.")
     chosen = {question.id for article in articles for question in article.questions}
     if max_questions is not None and max_questions < len(chosen):
         chosen = set(random.Random(seed).sample(sorted(chosen), max_questions))
-    data, questions, paragraph_count, negatives, unplaced = [], 0, 0, 0, 0
-    negative_draws = random.Random(seed + 1)
+    data, counts, negative_draws = [], Counter(), random.Random(seed + 1)
     for article in articles:
         whole_article, own_paragraphs, context = [], {}, None
         for question in article.questions:
-            if question.id in chosen:
-                example, dropped = make_example(article, question, 0, len(article.paragraphs))
-            elif paragraph_questions:
-                example, dropped = make_example(article, question, question.paragraph, question.paragraph + 1)
-            else:
+            whole = question.id in chosen
+            if not (whole or paragraph_questions):
                 continue
-            unplaced += dropped
+            span = (0, len(article.paragraphs)) if whole else (question.paragraph, question.paragraph + 1)
+            example, dropped = make_example(article, question, *span)
+            counts["unplaced_answers"] += dropped
             if not example.answers:
                 continue
             answers = [{"text": answer.text, "answer_start": answer.start} for answer in example.answers]
             row = {"id": question.id, "question": question.question, "answers": answers}
-            if question.id in chosen:
+            if whole:
                 context = example.context
                 whole_article.append(row)
-            else:
-                own_paragraphs.setdefault(example.context, []).append(row)
-                others = [index for index in range(len(article.paragraphs)) if index != question.paragraph]
-                if others and negative_draws.random() < paragraph_negative_rate:
-                    other = article.paragraphs[negative_draws.choice(others)]
-                    null_row = {"id": f"{question.id}_other", "question": question.question, "answers": []}
-                    own_paragraphs.setdefault(other, []).append(null_row)
-                    negatives += 1
+                counts["questions"] += 1
+                continue
+            own_paragraphs.setdefault(example.context, []).append(row)
+            counts["paragraph_questions"] += 1
+            others = [index for index in range(len(article.paragraphs)) if index != question.paragraph]
+            if others and negative_draws.random() < paragraph_negative_rate:
+                other = article.paragraphs[negative_draws.choice(others)]
+                own_paragraphs.setdefault(other, []).append({**row, "id": f"{question.id}_other", "answers": []})
+                counts["paragraph_negatives"] += 1
         paragraphs = [{"context": context, "qas": whole_article}] if whole_article else []
         paragraphs += [{"context": text, "qas": rows} for text, rows in own_paragraphs.items()]
         if paragraphs:
             data.append({"title": article.title, "paragraphs": paragraphs})
-            questions += len(whole_article)
-            paragraph_count += sum(len(rows) for rows in own_paragraphs.values())
-    paragraph_count -= negatives
     write_json_atomically(output_file, {"version": "1.1", "data": data}, indent=None)
-    return {
-        "file": str(output_file),
-        "articles": [article["title"] for article in data],
-        "questions": questions,
-        "paragraph_questions": paragraph_count,
-        "paragraph_negatives": negatives,
-        "unplaced_answers": unplaced,
-    }
+    counted = ("questions", "paragraph_questions", "paragraph_negatives", "unplaced_answers")
+    articles = [article["title"] for article in data]
+    return {"file": str(output_file), "articles": articles, **{name: counts[name] for name in counted}}
 
 
 def read_held_out_article(squad_file: str | os.PathLike, title: str) -> HeldOutArticle:
@@ -162,8 +138,7 @@ def read_held_out_article(squad_file: str | os.PathLike, title: str) -> HeldOutA
 
 
 def conversion_outcome(converted_folder: str | os.PathLike) -> dict:
-    """Whether the conversion's verification passed and its largest n = 1 difference to the source model, from the
-    `conversion_report.json` the conversion script wrote."""
+    """Whether the conversion's verification passed, and its largest n = 1 difference to the source model."""
     report = json.loads((Path(converted_folder) / REPORT_FILE).read_text(encoding="utf-8"))
     checks = report.get("verification") or []
     same_as_source = [check["max_abs_diff"] for check in checks if check["check"].startswith("n=1")]
@@ -174,8 +149,7 @@ def conversion_outcome(converted_folder: str | os.PathLike) -> dict:
 
 
 def recorded_arguments(arguments: Mapping) -> dict:
-    """The demo's options as its results record them: the paths among them (`PATH_ARGUMENTS`) as `recorded_path`
-    records them, relative to the repository or by name, never as folders of the machine that ran it."""
+    """The demo's options as its results record them: the paths as `recorded_path` records them."""
     return {
         key: recorded_path(value) if key in PATH_ARGUMENTS and value is not None else value
         for key, value in arguments.items()
@@ -183,8 +157,7 @@ def recorded_arguments(arguments: Mapping) -> dict:
 
 
 def training_outcome(run_folder: str | os.PathLike) -> dict:
-    """The recipe a `run_qa` fine-tuning ran with (its `run_args.json`; the training file as `recorded_path` records
-    it) and its last logged training loss."""
+    """The recipe a `run_qa` fine-tuning ran with (its `run_args.json`) and its last logged training loss."""
     run_folder = Path(run_folder)
     arguments = json.loads((run_folder / RUN_ARGS_FILE).read_text(encoding="utf-8"))
     losses = [record["loss"] for record in read_metrics(run_folder / METRICS_FILE) if "loss" in record]
@@ -197,34 +170,19 @@ def training_outcome(run_folder: str | os.PathLike) -> dict:
         "batch_size": arguments["per_device_train_batch_size"] * arguments["gradient_accumulation_steps"],
         "warmup_ratio": arguments["warmup_ratio"],
         "seed": arguments["seed"],
-        "window_layout": arguments.get("window_layout"),
-        "negative_window_rate": arguments.get("negative_window_rate"),
-        "mixed_precision": arguments.get("mixed_precision"),
+        **{key: arguments.get(key) for key in ("window_layout", "negative_window_rate", "mixed_precision")},
         "final_loss": round(losses[-1], 4) if losses else None,
     }
 
 
-def _answer(qa, questions: Sequence[str], contexts: Sequence[str], batch_size: int, what: str) -> tuple[list, float]:
-    """The pipeline's best answer to each question over its context, and the seconds it took."""
-    start = time.perf_counter()
-    answers = []
-    for question, context in tqdm(list(zip(questions, contexts)), desc=what, unit="question"):
+def _answer_and_score(qa, rows: datasets.Dataset, contexts: Sequence[str], batch_size: int, what: str):
+    """The pipeline's best answer to each question over its context, and their EM/F1 and time per question."""
+    start, answers = time.perf_counter(), []
+    for question, context in tqdm(list(zip(rows["question"], contexts)), desc=what, unit="question"):
         answers.append(qa(question=question, context=context, max_answer_len=MAX_ANSWER_TOKENS, batch_size=batch_size))
-    return answers, time.perf_counter() - start
-
-
-def _score(rows: datasets.Dataset, answers: list[dict], seconds: float) -> dict:
-    metric, _ = load_squad_metric(version_2=False)
-    scores = metric.compute(
-        predictions=[{"id": qid, "prediction_text": answer["answer"]} for qid, answer in zip(rows["id"], answers)],
-        references=[{"id": qid, "answers": gold} for qid, gold in zip(rows["id"], rows["answers"])],
-    )
-    return {
-        "questions": len(rows),
-        "exact_match": round(scores["exact_match"], 2),
-        "f1": round(scores["f1"], 2),
-        "seconds_per_question": round(seconds / len(rows), 4),
-    }
+    seconds = time.perf_counter() - start
+    scores = squad_scores(list(rows), [answer["answer"] for answer in answers])
+    return answers, {"questions": len(rows), **scores, "seconds_per_question": round(seconds / len(rows), 4)}
 
 
 def evaluate_held_out(
@@ -234,20 +192,16 @@ def evaluate_held_out(
     batch_size: int = 4,
     num_examples: int = 5,
 ) -> dict:
-    """Answers the held-out questions with `pipeline("question-answering", model=model_folder,
-    trust_remote_code=True)`: every question over its own paragraph (`own_paragraph`), and the first
-    `max_document_questions` over the whole article (`whole_document`); EM/F1 and time per question of each, and the
-    first `num_examples` questions with both predicted answers and the gold answers."""
+    """Answers the held-out questions through `pipeline("question-answering", trust_remote_code=True)`: each over its
+    own paragraph, and the first `max_document_questions` over the whole article; scores and `num_examples` examples."""
     qa = pipeline("question-answering", model=str(model_folder), trust_remote_code=True)
     rows = article.questions
-    own, own_seconds = _answer(qa, rows["question"], rows["context"], batch_size, "over its own paragraph")
-    document_rows = (
-        rows if max_document_questions is None else rows.select(range(min(max_document_questions, len(rows))))
+    own, own_scores = _answer_and_score(qa, rows, rows["context"], batch_size, "over its own paragraph")
+    if max_document_questions is not None:
+        rows = rows.select(range(min(max_document_questions, len(rows))))
+    whole, whole_scores = _answer_and_score(
+        qa, rows, [article.document] * len(rows), batch_size, "over the whole article"
     )
-    whole, whole_seconds = _answer(
-        qa, document_rows["question"], [article.document] * len(document_rows), batch_size, "over the whole article"
-    )
-    tokenizer = qa.tokenizer
     examples = [
         {
             "question": row["question"],
@@ -255,14 +209,14 @@ def evaluate_held_out(
             "own_paragraph": own[index]["answer"],
             "whole_document": whole[index]["answer"],
         }
-        for index, row in enumerate(document_rows.select(range(min(num_examples, len(document_rows)))))
+        for index, row in enumerate(rows.select(range(min(num_examples, len(rows)))))
     ]
     return {
         "title": article.title,
         "paragraphs": len(article.paragraphs),
-        "document_tokens": len(tokenizer(article.document, add_special_tokens=False)["input_ids"]),
-        "own_paragraph": _score(rows, own, own_seconds),
-        "whole_document": _score(document_rows, whole, whole_seconds),
+        "document_tokens": len(qa.tokenizer(article.document, add_special_tokens=False)["input_ids"]),
+        "own_paragraph": own_scores,
+        "whole_document": whole_scores,
         "examples": examples,
     }
 
@@ -287,10 +241,9 @@ def _label(config) -> str:
 
 
 def with_running_positions(model: BlockBertForQuestionAnswering) -> BlockBertForQuestionAnswering:
-    """`model` itself, or where its positions restart at every block, a copy (same weights) whose positions run on
-    through N over a table of N rows that repeat the trained ones, as the converter's `--max_seq_length` makes them.
-    Full attention has a single block, so this is how it reads N tokens; where b is the trained row count, the rows it
-    gives every token are the ones block-relative positions give, so the blockwise variants compute the same."""
+    """`model`, or where its positions restart at every block, a copy (same weights) whose positions run on through N
+    over rows repeating the trained ones: how full attention (one block) reads N tokens; blockwise variants compute
+    the same."""
     config = model.config
     if not config.block_relative_positions:
         return model
@@ -344,11 +297,8 @@ def measure_attention_cost(
     rounds: int = 5,
     kernels: Sequence[str] = ("eager", "sdpa"),
 ) -> dict:
-    """One forward (batch 1) over `question` + `document` cut to the model's N tokens, for every `attention_variants`
-    entry (same weights) and every attention kernel: the median time over `rounds` interleaved rounds with its
-    same-run ratio to full attention, and the peak memory of the forward's tensors (`track_peak_memory`) with its
-    ratio to full attention. `eager` materialises the attention scores; `sdpa` is PyTorch's fused kernel (the
-    default)."""
+    """One forward (batch 1) over `question` + `document` cut to N tokens, for every `attention_variants` entry and
+    kernel: median time over `rounds` interleaved rounds and peak memory, each with its ratio to full attention."""
     tokenizer = AutoTokenizer.from_pretrained(model_folder)
     trained = with_running_positions(BlockBertForQuestionAnswering.from_pretrained(model_folder).eval())
     length = trained.config.max_sequence_length
@@ -401,79 +351,37 @@ def format_report(results: Mapping) -> str:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-SAMPLES = REPO_ROOT / "data" / "samples"
-RESULTS_KIND = "blockbert-hf demo"
+def _option(default, help_text: str):
+    return field(default=default, metadata={"help": help_text})  # the shorthand keeps each option on one line
 
 
 @dataclass
 class DemoArguments:
-    output_dir: str = field(
-        default="outputs/demo", metadata={"help": "everything the demo makes (replaced by a rerun)"}
+    output_dir: str = _option("outputs/demo", "everything the demo makes (replaced by a rerun)")
+    source_model: str | None = _option(None, "BERT/RoBERTa folder to start from (default: all-MiniLM-L6-v2)")
+    train_file: str = _option(
+        str(SAMPLES / "squad_v1.1_dev_train_articles.json.gz"),
+        "SQuAD-format file to fine-tune on (the held-out article is left out)",
     )
-    source_model: str | None = field(
-        default=None, metadata={"help": "BERT/RoBERTa folder to start from (default: the installed all-MiniLM-L6-v2)"}
-    )
-    train_file: str = field(
-        default=str(SAMPLES / "squad_v1.1_dev_train_articles.json.gz"),
-        metadata={"help": "SQuAD-format file to fine-tune on (the held-out article is left out)"},
-    )
-    held_out_file: str = field(
-        default=str(SAMPLES / "squad_v1.1_dev_sample.json"),
-        metadata={"help": "SQuAD-format file holding the held-out article"},
-    )
-    held_out_title: str = field(default="Sky_(United_Kingdom)", metadata={"help": "the held-out article's title"})
-    max_seq_length: int = field(default=1024, metadata={"help": "N of the converted model"})
-    num_blocks: int = field(default=2, metadata={"help": "n of the converted model"})
-    heads_per_shift: str = field(default="10:2", metadata={"help": "heads per shift of the converted model"})
-    block_relative_positions: bool = field(
-        default=True,
-        metadata={
-            "help": "positions restart at every block (blocks of at most the source's N tokens); "
-            "--no_block_relative_positions: positions run on through N, new rows copying the source's"
-        },
-    )
-    window_layout: str = field(
-        default="question_prefixed_blocks",
-        metadata={
-            "help": "how windows are laid out: question_prefixed_blocks (the question in every block) or question_first"
-        },
-    )
-    train_window: int = field(
-        default=640,
-        metadata={"help": "tokens per training window; more than (n - 1) blocks, so that every block reads text"},
-    )
-    negative_window_rate: float = field(
-        default=0.1, metadata={"help": "share of the training windows without the answer that are kept (null)"}
-    )
+    held_out_file: str = _option(str(SAMPLES / "squad_v1.1_dev_sample.json"), "SQuAD file with the held-out article")
+    held_out_title: str = _option("Sky_(United_Kingdom)", "the held-out article's title")
+    max_seq_length: int = _option(1024, "N of the converted model")
+    num_blocks: int = _option(2, "n of the converted model")
+    heads_per_shift: str = _option("10:2", "heads per shift of the converted model")
+    block_relative_positions: bool = _option(True, "positions restart at every block (else they run on through N)")
+    window_layout: str = _option("question_prefixed_blocks", "question_prefixed_blocks or question_first")
+    train_window: int = _option(640, "tokens per training window: more than (n - 1) blocks")
+    negative_window_rate: float = _option(0.1, "share of the training windows without the answer kept (null)")
     num_train_epochs: float = 2.0
     learning_rate: float = 2e-4
     per_device_train_batch_size: int = 8
-    mixed_precision: str = field(
-        default="auto", metadata={"help": "auto (bf16 where the CPU computes it natively, else fp32), no or bf16"}
-    )
-    max_train_articles: int | None = field(default=None, metadata={"help": "train on the first K articles only"})
-    max_train_questions: int | None = field(
-        default=100,
-        metadata={"help": "a seeded choice of K questions of those articles trained over their whole article (0: all)"},
-    )
-    paragraph_questions: bool = field(
-        default=True,
-        metadata={
-            "help": "also train on the articles' other questions, each over its own paragraph (short inputs: many "
-            "more questions in the same time); --no_paragraph_questions: the whole-article windows only"
-        },
-    )
-    paragraph_negative_rate: float = field(
-        default=0.25,
-        metadata={
-            "help": "share of the paragraph questions also trained over another paragraph, without answer (null)"
-        },
-    )
-    max_document_questions: int = field(
-        default=0, metadata={"help": "held-out questions answered over the whole article (0: all of them)"}
-    )
-    timing_rounds: int = field(default=5, metadata={"help": "interleaved rounds of the full-vs-blockwise timing"})
+    mixed_precision: str = _option("auto", "auto (bf16 where the CPU computes it natively, else fp32), no or bf16")
+    max_train_articles: int | None = _option(None, "train on the first K articles only")
+    max_train_questions: int | None = _option(100, "K questions (seeded) read over their whole article (0: all)")
+    paragraph_questions: bool = _option(True, "also train on the other questions, each over its own paragraph")
+    paragraph_negative_rate: float = _option(0.25, "share of those also read over another paragraph, no answer (null)")
+    max_document_questions: int = _option(0, "held-out questions answered over the whole article (0: all of them)")
+    timing_rounds: int = _option(5, "interleaved rounds of the full-vs-blockwise timing")
     seed: int = 0
 
 
@@ -483,7 +391,7 @@ def build_parser() -> HfArgumentParser:
 
 def run_script(script: str, arguments: list[str], names: dict[str, Path] | None = None) -> str:
     """Runs one of the example scripts as a user would (printed first); returns the command as the results record it
-    (`recorded_command`: the folders of `names` named, the other paths relative to the repository or by name)."""
+    (`recorded_command`, with the folders of `names` named)."""
     words = ["python", f"examples/{script}", *arguments]
     shown = shlex.join(words)
     print(f"\n$ {shown}\n", flush=True)
@@ -491,26 +399,6 @@ def run_script(script: str, arguments: list[str], names: dict[str, Path] | None 
     if completed.returncode != 0:
         sys.exit(f"demo: `{shown}` failed with exit status {completed.returncode} (its messages are above).")
     return recorded_command(words, names)
-
-
-def shown_path(path: Path) -> str:
-    """A path as the printed commands show it: relative to the current folder when it lies inside it."""
-    relative = os.path.relpath(path)
-    return str(path) if relative.startswith("..") else relative
-
-
-def source_sha256(source: Path) -> str | None:
-    """The sha256 of the source's safetensors weights (how `results.json` names the starting weights), if any."""
-    weights = source / "model.safetensors"
-    return sha256_of_file(weights) if weights.is_file() else None
-
-
-# What the demo writes into its output folder (a rerun replaces it): the training data, the converted model, the
-# fine-tuning run, the results and the report.
-DEMO_OUTPUTS = ("data", "converted", "qa", "results.json", "report.md")
-# run_qa's default overlap of training windows: a window must be longer.
-DOC_STRIDE = 128
-MIXED_PRECISION_CHOICES = ("auto", "no", "bf16")
 
 
 def training_precision(choice: str) -> str:
@@ -521,103 +409,93 @@ def training_precision(choice: str) -> str:
     return "bf16" if cpu_has_native_bf16() else "no"
 
 
-def fail(message: str) -> NoReturn:
-    """A user error, found before any work: one line saying what is wrong and what to pass, exit status 2."""
-    print(f"demo.py: error: {message}", file=sys.stderr)
-    raise SystemExit(2)
+# The numeric options' ranges: the options, the test of a value, and what the message says a value must be.
+OPTION_RANGES = (
+    (
+        ("max_seq_length", "num_blocks", "per_device_train_batch_size", "timing_rounds", "max_train_articles"),
+        lambda value: value is None or value >= 1,
+        "at least 1",
+    ),
+    (("max_document_questions", "max_train_questions"), lambda value: value is None or value >= 0, "0 (all) or more"),
+    (("num_train_epochs", "learning_rate"), lambda value: value > 0, "positive"),
+    (("seed",), lambda value: value >= 0, "0 or more"),
+    (("negative_window_rate", "paragraph_negative_rate"), lambda value: 0 <= value <= 1, "in [0, 1]"),
+)
 
 
 def check_options(args: DemoArguments) -> None:
     """Every numeric option, the model shape and `--source_model`, before any work; a `ValueError` naming the
     option otherwise."""
-
-    def require(condition: bool, message: str) -> None:
-        if not condition:
-            raise ValueError(message)
-
-    for name in ("max_seq_length", "num_blocks", "per_device_train_batch_size", "timing_rounds", "max_train_articles"):
-        value = getattr(args, name)
-        require(value is None or value >= 1, f"--{name} must be at least 1, got {value}.")
-    for name in ("max_document_questions", "max_train_questions"):
-        value = getattr(args, name)
-        require(value is None or value >= 0, f"--{name} must be 0 (all) or more, got {value}.")
-    for name in ("num_train_epochs", "learning_rate"):
-        require(getattr(args, name) > 0, f"--{name} must be positive, got {getattr(args, name):g}.")
-    require(args.seed >= 0, f"--seed must be 0 or more, got {args.seed}.")
-    for name in ("negative_window_rate", "paragraph_negative_rate"):
-        require(0.0 <= getattr(args, name) <= 1.0, f"--{name} must be in [0, 1], got {getattr(args, name):g}.")
-    choices = ", ".join(MIXED_PRECISION_CHOICES)
-    unknown = f"--mixed_precision {args.mixed_precision} is unknown: use one of {choices}."
-    require(args.mixed_precision in MIXED_PRECISION_CHOICES, unknown)
-    require(
-        args.max_seq_length % args.num_blocks == 0,
-        f"--max_seq_length {args.max_seq_length} is not a multiple of --num_blocks {args.num_blocks}: blocks are of "
-        "equal size.",
-    )
-    for option, check in (("heads_per_shift", parse_heads_per_shift), ("window_layout", check_window_layout)):
+    for names, allowed, rule in OPTION_RANGES:
+        for name in names:
+            value = getattr(args, name)
+            if not allowed(value):
+                raise ValueError(f"--{name} must be {rule}, got {f'{value:g}' if isinstance(value, float) else value}.")
+    for option, parse in (("heads_per_shift", parse_heads_per_shift), ("window_layout", check_window_layout)):
         try:
-            check(getattr(args, option))
+            parse(getattr(args, option))
         except ValueError as error:
             raise ValueError(f"--{option}: {error}") from None
-    heads = parse_heads_per_shift(args.heads_per_shift)
-    require(
-        len(heads) == args.num_blocks and heads[0] >= 1 and min(heads) >= 0,
-        f"--heads_per_shift {args.heads_per_shift} has {len(heads)} shift(s), --num_blocks is {args.num_blocks}: give "
-        "one head count per shift (0 to n - 1), at least one head with shift 0, e.g. 9:1:1:1 for n = 4.",
-    )
-    require(
-        args.train_window > DOC_STRIDE,
-        f"--train_window must be more than {DOC_STRIDE} tokens (run_qa's overlap of windows), got {args.train_window}.",
-    )
-    block_size = args.max_seq_length // args.num_blocks
-    require(
-        args.num_blocks == 1 or args.train_window > (args.num_blocks - 1) * block_size,
-        f"--train_window {args.train_window} fits in {args.num_blocks - 1} block(s) of {block_size} tokens: the heads "
-        f"that read another block would see an empty block in training. Use more than "
-        f"{(args.num_blocks - 1) * block_size} tokens (n = {args.num_blocks} blocks of N / n = {block_size}).",
-    )
-    require(
-        args.train_window <= args.max_seq_length,
-        f"--train_window {args.train_window} is longer than --max_seq_length {args.max_seq_length}.",
-    )
-    if args.source_model is not None:
-        source = Path(args.source_model)
-        require(
-            source.is_dir(),
+    heads, blocks, window = parse_heads_per_shift(args.heads_per_shift), args.num_blocks, args.train_window
+    block_size, source = args.max_seq_length // blocks, Path(args.source_model or ".")
+    checks = (
+        (
+            args.mixed_precision in MIXED_PRECISION_CHOICES,
+            f"--mixed_precision {args.mixed_precision} is unknown: use one of {', '.join(MIXED_PRECISION_CHOICES)}.",
+        ),
+        (
+            args.max_seq_length % blocks == 0,
+            f"--max_seq_length {args.max_seq_length} is not a multiple of --num_blocks {blocks}: blocks are of equal "
+            "size.",
+        ),
+        (
+            len(heads) == blocks and heads[0] >= 1 and min(heads) >= 0,
+            f"--heads_per_shift {args.heads_per_shift} has {len(heads)} shift(s), --num_blocks is {blocks}: give one "
+            "head count per shift (0 to n - 1), at least one head with shift 0, e.g. 9:1:1:1 for n = 4.",
+        ),
+        (
+            window > DOC_STRIDE,
+            f"--train_window must be more than {DOC_STRIDE} tokens (run_qa's overlap of windows), got {window}.",
+        ),
+        (
+            blocks == 1 or window > (blocks - 1) * block_size,
+            f"--train_window {window} fits in {blocks - 1} block(s) of {block_size} tokens: the heads that read "
+            f"another block would see an empty block in training. Use more than {(blocks - 1) * block_size} tokens "
+            f"(n = {blocks} blocks of N / n = {block_size}).",
+        ),
+        (
+            window <= args.max_seq_length,
+            f"--train_window {window} is longer than --max_seq_length {args.max_seq_length}.",
+        ),
+        (
+            args.source_model is None or source.is_dir(),
             f"--source_model {source} is not a model folder (it does not exist or is a file): pass a folder of BERT "
             "or RoBERTa weights with their config.json and tokenizer, or leave it out for all-MiniLM-L6-v2.",
-        )
-        require(
-            (source / "config.json").is_file(),
+        ),
+        (
+            args.source_model is None or (source / "config.json").is_file(),
             f"--source_model {source} has no config.json: pass a saved BERT or RoBERTa model folder.",
-        )
-
-
-def _is_demo_results(path: Path) -> bool:
-    """Whether `path` is a results file the demo wrote (its `kind`)."""
-    try:
-        results = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return False
-    return isinstance(results, dict) and results.get("kind") == RESULTS_KIND
+        ),
+    )
+    for fine, message in checks:
+        if not fine:
+            raise ValueError(message)
 
 
 def check_output_dir(output_dir: Path) -> None:
-    """A new or empty folder, or one an earlier demo wrote (a rerun replaces it): nothing there but `DEMO_OUTPUTS`,
-    with the demo's `results.json` or, where a demo stopped before writing its results, its training data. Any other
-    folder is refused with a `ValueError` (the demo would overwrite it)."""
-    if not output_dir.exists():
-        return
-    if not output_dir.is_dir():
+    """Refuses (`ValueError`) a folder the demo would overwrite: only a new or empty one, or an earlier demo's (nothing
+    but `DEMO_OUTPUTS`, with its `results.json` or, where it stopped before, its data/train.json) may be replaced."""
+    # Not `blockbert_hf.train.runs.check_output_dir`: that one knows a training run by its run_args.json, not a demo.
+    if output_dir.exists() and not output_dir.is_dir():
         raise ValueError(f"--output_dir {output_dir} is a file: pass a new folder (or an earlier demo's).")
-    found = sorted(path.name for path in output_dir.iterdir())
-    if not found:
-        return
+    found = sorted(path.name for path in output_dir.iterdir()) if output_dir.exists() else []
     others = [name for name in found if name not in DEMO_OUTPUTS]
     results = output_dir / "results.json"
+    if not found:
+        return
     if others:
         reason = f"it holds {', '.join(others[:5])}{', ...' if len(others) > 5 else ''}, which the demo does not write"
-    elif results.exists() and not _is_demo_results(results):
+    elif results.exists() and _results_kind(results) != RESULTS_KIND:
         reason = f"its results.json is not one the demo wrote (no kind {RESULTS_KIND!r})"
     elif not results.exists() and not (output_dir / "data" / "train.json").is_file():
         reason = "it holds neither the demo's results.json nor its data/train.json"
@@ -629,18 +507,24 @@ def check_output_dir(output_dir: Path) -> None:
     )
 
 
+def _results_kind(path: Path) -> str | None:
+    try:
+        results = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return results.get("kind") if isinstance(results, dict) else None
+
+
 def prepare(args: DemoArguments, output_dir: Path) -> tuple[Path, HeldOutArticle, dict]:
     """Checks the options, inputs and output folder, and writes the fine-tuning file: the source model's folder, the
     held-out article and what the training file holds. Stops the demo (exit 2) with the reason on bad input."""
     try:
         check_options(args)
         check_output_dir(output_dir)
-        inputs = {
-            "--source_model": args.source_model,
-            "--train_file": args.train_file,
-            "--held_out_file": args.held_out_file,
-        }
-        check_output_keeps_inputs(output_dir, inputs, output_name="--output_dir")
+        inputs = {"--source_model": args.source_model, "--train_file": args.train_file}
+        check_output_keeps_inputs(
+            output_dir, {**inputs, "--held_out_file": args.held_out_file}, output_name="--output_dir"
+        )
         source = Path(args.source_model) if args.source_model else installed_minilm()
         held_out = read_held_out_article(args.held_out_file, args.held_out_title)
         training = write_training_file(
@@ -654,16 +538,14 @@ def prepare(args: DemoArguments, output_dir: Path) -> tuple[Path, HeldOutArticle
             paragraph_negative_rate=args.paragraph_negative_rate,
         )
     except (OSError, ValueError) as error:
-        fail(str(error))
+        print(f"demo.py: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+    unplaced = training["unplaced_answers"]
     print(
         f"Fine-tuning data: {training['questions']:,} questions over their whole article and "
         f"{training['paragraph_questions']:,} over their own paragraph, of {len(training['articles'])} articles; "
         f"held out: {held_out.title!r} ({len(held_out.questions)} questions, {len(held_out.paragraphs)} paragraphs)."
-        + (
-            f" {training['unplaced_answers']} answer(s) not at their offset in the file were left out."
-            if training["unplaced_answers"]
-            else ""
-        ),
+        + (f" {unplaced} answer(s) not at their offset in the file were left out." if unplaced else ""),
         flush=True,
     )
     return source, held_out, training
@@ -675,9 +557,10 @@ def convert(args: DemoArguments, source: Path, converted: Path) -> str:
         length_options = ["--block_relative_positions", "--block_size", str(args.max_seq_length // args.num_blocks)]
     else:
         length_options = ["--max_seq_length", str(args.max_seq_length)]
+    shown = os.path.relpath(source)  # the printed command: relative where the source lies in the current folder
     return run_script(
         "convert_roberta_to_blockbert.py",
-        [shown_path(source), str(converted), "--num_blocks", str(args.num_blocks)]
+        [str(source) if shown.startswith("..") else shown, str(converted), "--num_blocks", str(args.num_blocks)]
         + ["--heads_per_shift", args.heads_per_shift, *length_options, "--overwrite"],
         names=None if args.source_model else {MINILM_VARIABLE: source},
     )
@@ -730,12 +613,14 @@ def main(argv=None) -> int:
     cost = measure_attention_cost(
         model_folder, held_out.questions[0]["question"], held_out.document, rounds=args.timing_rounds
     )
+    weights = source / "model.safetensors"
+    source_sha256 = sha256_of_file(weights) if weights.is_file() else None  # how the results name the source weights
     results = {
         "kind": RESULTS_KIND,
         "command": recorded_command(["python", "experiments/demo.py", *(sys.argv[1:] if argv is None else argv)]),
         "arguments": recorded_arguments(asdict(args)),
         "machine": machine_description(),
-        "source_model": {"path": recorded_path(source), "sha256": source_sha256(source)},
+        "source_model": {"path": recorded_path(source), "sha256": source_sha256},
         "conversion": {"command": convert_command, "folder": recorded_path(converted), **conversion_outcome(converted)},
         "model": {
             "folder": recorded_path(model_folder),

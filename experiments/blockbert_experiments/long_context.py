@@ -6,38 +6,29 @@ The articles are split into halves: the first half (less the dev articles, `--de
 the test sets `paragraph`, `sweep_<T>`, `window_<T>` and `article`. How contexts are filled and what each set holds:
 docs/qa_long_context_data.md.
 
-    python experiments/build_long_context_qa.py --squad_file path/to/dev-v1.1.json.gz \\
-        --tokenizer TOKENIZER_FOLDER --output_dir outputs/long_qa_data
-
-Writes OUTPUT_DIR/<set>.json (SQuAD format, for examples/run_qa.py), manifest.json, stats.json and stats.md.
+The command line: `experiments/build_long_context_qa.py`.
 """
 
 import json
 import logging
 import os
 import random
-import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NoReturn
 
 import numpy as np
-from transformers import AutoTokenizer, HfArgumentParser, PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase
 
 from blockbert_benchmarks.measuring.machine import recorded_path
 from blockbert_hf.saving import (
-    OutputOverwritesInputError,
     atomic_directory,
-    check_output_keeps_inputs,
     sha256_of_file,
     write_file_atomically,
     write_json_atomically,
 )
 from blockbert_hf.train.qa.data import split_squad_articles
-from blockbert_hf.train.runs import HelpFormatter
 
 from .context_filling import (
     SEPARATOR,
@@ -445,81 +436,3 @@ def build_long_context_sets(
             why = reason.replace("_", " ")
             logger.warning(f"{built.name}: {len(ids)} question(s) left out: {why} (e.g. {ids[:3]}).")
     return LongContextBuild(Path(output_dir), manifest, stats)
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# The command line (experiments/build_long_context_qa.py)
-# ---------------------------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class BuildArguments:
-    squad_file: str = field(
-        metadata={"help": "SQuAD-format .json(.gz), e.g. SQuAD v1.1 dev (CC BY-SA 4.0): path/to/dev-v1.1.json.gz"}
-    )
-    tokenizer: str = field(metadata={"help": "Tokenizer folder of the model: lengths are counted in its tokens."})
-    output_dir: str = field(metadata={"help": "Folder to write the sets into (written atomically)."})
-    overwrite_output_dir: bool = field(default=False, metadata={"help": "Replace an existing output folder."})
-
-
-def build_parser() -> HfArgumentParser:
-    return HfArgumentParser((BuildArguments, LongContextConfig), description=__doc__, formatter_class=HelpFormatter)
-
-
-def fail(message: str) -> NoReturn:
-    """A user error: one line naming the option and what to do, exit status 2 (as argparse exits), no traceback."""
-    print(f"build_long_context_qa.py: error: {message}", file=sys.stderr)
-    raise SystemExit(2)
-
-
-def check_arguments(arguments: BuildArguments) -> None:
-    """The paths, checked before any work: the SQuAD file and the tokenizer folder exist, the output folder does not
-    (unless --overwrite_output_dir)."""
-    if not Path(arguments.squad_file).is_file():
-        fail(
-            f"--squad_file {arguments.squad_file} does not exist or is not a file: pass a SQuAD-format .json(.gz) "
-            "file, e.g. SQuAD v1.1 dev (dev-v1.1.json.gz)."
-        )
-    if not Path(arguments.tokenizer).is_dir():
-        fail(
-            f"--tokenizer {arguments.tokenizer} does not exist or is not a folder: pass the model's tokenizer folder "
-            "(e.g. $MINILM, the installed all-MiniLM-L6-v2)."
-        )
-    output_dir = Path(arguments.output_dir)
-    if output_dir.exists() and not output_dir.is_dir():
-        fail(f"--output_dir {output_dir} is a file: pass a folder to write the sets into.")
-    if output_dir.exists() and not arguments.overwrite_output_dir:
-        fail(f"{output_dir} already exists: choose another --output_dir or pass --overwrite_output_dir to replace it.")
-    inputs = {"--squad_file": arguments.squad_file, "--tokenizer": arguments.tokenizer}
-    try:
-        check_output_keeps_inputs(output_dir, inputs, output_name="--output_dir")
-    except OutputOverwritesInputError as error:
-        fail(str(error))
-
-
-def _first_line(error: Exception) -> str:
-    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-
-
-def main(argv=None) -> int:
-    try:
-        arguments, config = build_parser().parse_args_into_dataclasses(args=argv)
-    except ValueError as error:  # LongContextConfig's own checks (set names, lengths, question counts)
-        fail(_first_line(error))
-    check_arguments(arguments)
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(arguments.tokenizer)
-    except (OSError, ValueError) as error:
-        fail(f"--tokenizer {arguments.tokenizer} holds no tokenizer that loads ({_first_line(error)}).")
-    started = time.perf_counter()
-    try:  # bad data (e.g. a set asking for more questions than the file has) stops the build before it writes
-        built = build_long_context_sets(
-            arguments.squad_file, arguments.output_dir, tokenizer, config, overwrite=arguments.overwrite_output_dir
-        )
-    except (OSError, ValueError) as error:
-        fail(_first_line(error))
-    elapsed = time.perf_counter() - started
-    logging.info(f"Wrote {len(built.manifest['sets'])} sets to {built.output_dir} in {elapsed:.1f} s")
-    print(stats_table(built.stats))
-    return 0

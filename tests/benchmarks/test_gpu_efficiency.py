@@ -213,7 +213,7 @@ def test_tiny_run_measures_every_part_and_takes_ratios_from_its_rows(script, tmp
 
 @pytest.mark.slow
 def test_the_offline_gpu_step_leaves_its_results_in_out_when_its_time_is_up(tmp_path):
-    """`experiments/offline_gpu/efficiency.sh run` as the GPU machine runs it (without its setup): the benchmark
+    """`benchmarks/offline_gpu/efficiency.sh run` as the GPU machine runs it (without its setup): the benchmark
     interrupted by `timeout` (SIGINT) still leaves its .json and .md in $OUT, with the part it was in marked."""
     arguments = ["--tiny", "--device", "cpu", "--parts", "train,max_batch", "--budgets", "train=600,max_batch=0"]
     # The time limit falls inside the train part on any machine: 70% of what the whole run takes here.
@@ -230,7 +230,7 @@ def test_the_offline_gpu_step_leaves_its_results_in_out_when_its_time_is_up(tmp_
         EFFICIENCY_SECONDS=f"{time_limit:.1f}",
         EFFICIENCY_ARGS=" ".join(arguments),
     )
-    script = REPO_ROOT / "experiments" / "offline_gpu" / "efficiency.sh"
+    script = REPO_ROOT / "benchmarks" / "offline_gpu" / "efficiency.sh"
     subprocess.run(["bash", str(script), "run"], cwd=REPO_ROOT, env=environment, timeout=300, check=True)
     results_dir = tmp_path / "out" / "gpu_efficiency"
     log = (results_dir / "run.log").read_text()

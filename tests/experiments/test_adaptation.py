@@ -9,8 +9,9 @@ from conftest import SAMPLE_TEXT, load_script, tiny_roberta_source
 from safetensors.torch import load_file
 
 from blockbert_benchmarks.measuring.machine import machine_description
-from blockbert_experiments import adaptation
-from blockbert_experiments.adaptation import COMMANDS_FILE, CURVES_PNG, RESULTS_JSON, RUN_NAMES
+
+
+adaptation = load_script("experiments/adaptation.py")
 
 
 def _argv(tmp_path, *extra) -> list[str]:
@@ -24,15 +25,14 @@ def _argv(tmp_path, *extra) -> list[str]:
 
 
 def _commands(tmp_path) -> list[dict]:
-    return [json.loads(line) for line in (tmp_path / "adaptation" / COMMANDS_FILE).read_text().splitlines()]
+    return [json.loads(line) for line in (tmp_path / "adaptation" / adaptation.COMMANDS_FILE).read_text().splitlines()]
 
 
 def test_the_chain_converts_trains_the_head_and_continues_each_pattern_from_it(tmp_path, tokenizer, capsys):
     tiny_roberta_source(tmp_path / "source", tokenizer)
-    script = load_script("experiments/adaptation.py")
-    assert script.main(_argv(tmp_path, "--runs", "reference", "full_n512", "n1024_n2_10-2")) == 0
+    assert adaptation.main(_argv(tmp_path, "--runs", "reference", "full_n512", "n1024_n2_10-2")) == 0
     output = tmp_path / "adaptation"
-    results = json.loads((output / RESULTS_JSON).read_text())
+    results = json.loads((output / adaptation.RESULTS_JSON).read_text())
     runs = results["runs"]
     assert results["machine"] == machine_description()
     assert list(runs) == ["reference", "full_n512", "n1024_n2_10-2"] and all(run["finished"] for run in runs.values())
@@ -47,36 +47,35 @@ def test_the_chain_converts_trains_the_head_and_continues_each_pattern_from_it(t
         start["roberta.encoder.layer.0.attention.self.query.weight"]
     )
     assert [len(run["held_out_loss_curve"]) for run in runs.values()] == [3, 3, 3]  # before, after step 1, at the end
-    assert (output / CURVES_PNG).stat().st_size > 0
+    assert (output / adaptation.CURVES_PNG).stat().st_size > 0
 
     # Commands: one per step, recorded without a path of this machine.
     commands = _commands(tmp_path)
     assert [record["run"] for record in commands] == ["converted", "reference", "full_n512", "n1024_n2_10-2"]
     assert commands[0]["command"].startswith("python examples/convert_roberta_to_blockbert.py $SOURCE_MODEL ")
     assert "--model_name_or_path $OUTPUT_DIR/runs/reference/final_model" in commands[2]["command"]
-    assert str(tmp_path) not in (output / RESULTS_JSON).read_text()
+    assert str(tmp_path) not in (output / adaptation.RESULTS_JSON).read_text()
     assert runs["full_n512"]["commands"] == [commands[2]["command"]]
 
     # A run sliced at a checkpoint step stops there and resumes from it; finished runs are skipped.
     sliced = ["--runs", "n512_n2_10-2", "--stop_after_step", "1"]
-    assert script.main(_argv(tmp_path, *sliced)) == 0
+    assert adaptation.main(_argv(tmp_path, *sliced)) == 0
     assert not (output / "runs" / "n512_n2_10-2" / "results.json").exists()
     four = ["--runs", "reference", "full_n512", "n512_n2_10-2", "n1024_n2_10-2"]
-    assert script.main(_argv(tmp_path, *four)) == 0
+    assert adaptation.main(_argv(tmp_path, *four)) == 0
     commands = _commands(tmp_path)
     assert [record["run"] for record in commands[4:]] == ["n512_n2_10-2", "n512_n2_10-2"]
     assert commands[5]["command"].endswith("--resume") and "--resume" not in commands[4]["command"]
-    results = json.loads((output / RESULTS_JSON).read_text())
-    assert list(results["runs"]) == [name for name in RUN_NAMES if name in four]
+    results = json.loads((output / adaptation.RESULTS_JSON).read_text())
+    assert list(results["runs"]) == [name for name in adaptation.RUN_NAMES if name in four]
     assert all(run["finished"] for run in results["runs"].values())
     capsys.readouterr()
-    assert script.main(_argv(tmp_path, *four)) == 0
+    assert adaptation.main(_argv(tmp_path, *four)) == 0
     assert len(_commands(tmp_path)) == 6 and "reference: done already" in capsys.readouterr().out
 
 
 def test_the_chain_refuses_bad_options_before_any_work(tmp_path, tokenizer, capsys):
     tiny_roberta_source(tmp_path / "source", tokenizer)
-    script = load_script("experiments/adaptation.py")
     refusals = {
         ("--stop_after_step", "2"): "--stop_after_step stops one run",
         (
@@ -91,20 +90,20 @@ def test_the_chain_refuses_bad_options_before_any_work(tmp_path, tokenizer, caps
         ("--runs", "longformer"): "Unknown runs ['longformer']",
     }
     for extra, message in refusals.items():
-        assert script.main(_argv(tmp_path, *extra)) == 2
+        assert adaptation.main(_argv(tmp_path, *extra)) == 2
         assert message in capsys.readouterr().err
     assert not (tmp_path / "adaptation").exists()
 
-    assert script.main(_argv(tmp_path, "--dry_run")) == 0
+    assert adaptation.main(_argv(tmp_path, "--dry_run")) == 0
     printed = capsys.readouterr().out
-    assert [line.split(":")[0] for line in printed.splitlines()] == ["converted", *RUN_NAMES]
+    assert [line.split(":")[0] for line in printed.splitlines()] == ["converted", *adaptation.RUN_NAMES]
     assert "--block_relative_positions" in printed and not (tmp_path / "adaptation").exists()
 
     # A folder where a chain with other budgets ran is refused; the runs to do and the slicing may change.
     (args,) = adaptation.build_parser().parse_args_into_dataclasses(args=_argv(tmp_path))
     adaptation.prepare(args)
     (tmp_path / "adaptation" / "runs").mkdir()  # what a start that ran leaves
-    assert script.main(_argv(tmp_path, "--adaptation_tokens", "8192", "--dry_run", "--runs", "reference")) == 0
+    assert adaptation.main(_argv(tmp_path, "--adaptation_tokens", "8192", "--dry_run", "--runs", "reference")) == 0
     capsys.readouterr()
-    assert script.main(_argv(tmp_path, "--adaptation_tokens", "8192", "--runs", "reference")) == 2
+    assert adaptation.main(_argv(tmp_path, "--adaptation_tokens", "8192", "--runs", "reference")) == 2
     assert "--adaptation_tokens 4096 there, 8192 now" in capsys.readouterr().err

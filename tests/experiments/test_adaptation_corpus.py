@@ -8,17 +8,10 @@ import json
 import pytest
 from conftest import load_script
 
-from blockbert_experiments.adaptation_corpus import (
-    HELD_OUT_FILE,
-    MANIFEST_FILE,
-    TRAIN_FILES,
-    CorpusArguments,
-    build_corpus,
-    corpus_files,
-    wikitext_documents,
-    without_gutenberg_boilerplate,
-)
 from blockbert_hf.train.pretraining import read_documents
+
+
+corpus = load_script("experiments/adaptation_corpus.py")
 
 
 WIKI_VALID = " \n = Valid Article = \n \n The valid @-@ text , 1 @,@ 000 <unk> words . \n \n = Second = \n \n More .\n"
@@ -64,11 +57,12 @@ def tokenizer_dir(tmp_path, tokenizer):
 
 def test_training_text_leaves_out_the_dev_and_test_contexts(data_dir, tokenizer_dir, tmp_path, tokenizer):
     output = tmp_path / "corpus"
-    args = CorpusArguments(str(data_dir), str(output), tokenizer=str(tokenizer_dir), dev_titles=["Dev_B"])
-    manifest = build_corpus(args)
-    train, held_out = corpus_files(output)
-    assert [path.relative_to(output).as_posix() for path in train] == list(TRAIN_FILES)
-    assert [path.relative_to(output).as_posix() for path in held_out] == [HELD_OUT_FILE]
+    args = corpus.CorpusArguments(str(data_dir), str(output), tokenizer=str(tokenizer_dir), dev_titles=["Dev_B"])
+    manifest = corpus.build_corpus(args)
+    train = [output / entry["file"] for entry in manifest["train"]]
+    held_out = [output / entry["file"] for entry in manifest["held_out"]]
+    assert [path.relative_to(output).as_posix() for path in train] == list(corpus.TRAIN_FILES)
+    assert [path.relative_to(output).as_posix() for path in held_out] == [corpus.HELD_OUT_FILE]
 
     documents = {path.name: read_documents([str(path)], "file") for path in train + held_out}
     training_text = "\n".join(text for path in train for text in documents[path.name])
@@ -91,37 +85,38 @@ def test_training_text_leaves_out_the_dev_and_test_contexts(data_dir, tokenizer_
         assert (entry["documents"], entry["tokens"]) == (len(read_back), sum(counts))
         assert entry["sequences"]["512"] == sum(-(-count // 510) for count in counts)
     assert manifest["totals"]["train"]["tokens"] == sum(entry["tokens"] for entry in manifest["train"])
-    assert json.loads((output / MANIFEST_FILE).read_text()) == manifest
+    assert json.loads((output / corpus.MANIFEST_FILE).read_text()) == manifest
     assert manifest["command"].startswith("python experiments/adaptation_corpus.py --data_dir $DATA_DIR --output_dir")
-    assert str(tmp_path) not in (output / MANIFEST_FILE).read_text()  # no machine path in what may be committed
+    assert str(tmp_path) not in (output / corpus.MANIFEST_FILE).read_text()  # no machine path in what may be committed
 
 
 def test_the_same_sources_give_the_same_bytes_and_an_existing_folder_is_kept(data_dir, tokenizer_dir, tmp_path):
-    first = CorpusArguments(str(data_dir), str(tmp_path / "a"), tokenizer=str(tokenizer_dir), dev_titles=["Dev_B"])
-    build_corpus(first)
-    build_corpus(CorpusArguments(**{**vars(first), "output_dir": str(tmp_path / "b")}))
-    for relative in (*TRAIN_FILES, HELD_OUT_FILE):
+    first = corpus.CorpusArguments(
+        str(data_dir), str(tmp_path / "a"), tokenizer=str(tokenizer_dir), dev_titles=["Dev_B"]
+    )
+    corpus.build_corpus(first)
+    corpus.build_corpus(corpus.CorpusArguments(**{**vars(first), "output_dir": str(tmp_path / "b")}))
+    for relative in (*corpus.TRAIN_FILES, corpus.HELD_OUT_FILE):
         assert (tmp_path / "a" / relative).read_bytes() == (tmp_path / "b" / relative).read_bytes()
     with pytest.raises(FileExistsError, match="pass --overwrite"):
-        build_corpus(first)
-    build_corpus(CorpusArguments(**{**vars(first), "overwrite": True}))
+        corpus.build_corpus(first)
+    corpus.build_corpus(corpus.CorpusArguments(**{**vars(first), "overwrite": True}))
 
 
 def test_the_script_names_what_is_missing_and_exits_2(data_dir, tokenizer_dir, tmp_path, capsys):
     (data_dir / "squad" / "dev-v1.1.json.gz").unlink()
-    script = load_script("experiments/adaptation_corpus.py")
     argv = ["--data_dir", str(data_dir), "--output_dir", str(tmp_path / "out"), "--tokenizer", str(tokenizer_dir)]
-    assert script.main(argv) == 2
+    assert corpus.main(argv) == 2
     error = capsys.readouterr().err
     assert "lacks" in error and "dev-v1.1.json.gz" in error
     assert not (tmp_path / "out").exists()
 
 
 def test_wikitext_unknown_words_become_the_tokenizers_unknown_token(data_dir):
-    documents, unknown = wikitext_documents(data_dir / "corpus" / "wikitext-2" / "wiki.valid.tokens.gz", "[UNK]")
+    documents, unknown = corpus.wikitext_documents(data_dir / "corpus" / "wikitext-2" / "wiki.valid.tokens.gz", "[UNK]")
     assert unknown == 1 and documents[0].endswith("1,000 [UNK] words .") and "<unk>" not in documents[0]
 
 
 def test_gutenberg_boilerplate_is_cut_only_where_marked():
-    assert without_gutenberg_boilerplate(NOVEL) == "Chapter 1\n\nIt was a dark\nnight.\n"
-    assert without_gutenberg_boilerplate("Plain text.\n") == "Plain text.\n"
+    assert corpus.without_gutenberg_boilerplate(NOVEL) == "Chapter 1\n\nIt was a dark\nnight.\n"
+    assert corpus.without_gutenberg_boilerplate("Plain text.\n") == "Plain text.\n"

@@ -7,10 +7,12 @@ import pytest
 import torch
 from conftest import SAMPLE_TEXT, load_script, tiny_config
 
-from blockbert_experiments.block_diagnostic import block_context_diagnostic, full_sequences, partners
 from blockbert_hf import BlockBertForMaskedLM
 from blockbert_hf.saving import save_atomically
 from blockbert_hf.tokenization import match_tokenizer_to_config
+
+
+diagnostic = load_script("experiments/block_diagnostic.py")
 
 
 def _model(tokenizer, **overrides) -> BlockBertForMaskedLM:
@@ -22,14 +24,14 @@ def _model(tokenizer, **overrides) -> BlockBertForMaskedLM:
 
 @pytest.fixture(scope="module")
 def sequences(tokenizer):
-    return full_sequences([str(SAMPLE_TEXT)], tokenizer, 64, "heading", limit=24)
+    return diagnostic.full_sequences([str(SAMPLE_TEXT)], tokenizer, 64, "heading", limit=24)
 
 
 def test_only_heads_that_read_block_0_make_a_difference(tokenizer, sequences):
     assert len(sequences) == 24 and all(len(ids) == 64 for ids in sequences["input_ids"])
-    blind = block_context_diagnostic(_model(tokenizer, heads_per_shift=[4, 0]), tokenizer, sequences)
-    reading = block_context_diagnostic(_model(tokenizer, heads_per_shift=[3, 1]), tokenizer, sequences)
-    full = block_context_diagnostic(
+    blind = diagnostic.block_context_diagnostic(_model(tokenizer, heads_per_shift=[4, 0]), tokenizer, sequences)
+    reading = diagnostic.block_context_diagnostic(_model(tokenizer, heads_per_shift=[3, 1]), tokenizer, sequences)
+    full = diagnostic.block_context_diagnostic(
         _model(tokenizer, attention_pattern="full", num_blocks=1), tokenizer, sequences, block_size=32
     )
     assert blind["block_size"] == reading["block_size"] == full["block_size"] == 32
@@ -41,21 +43,22 @@ def test_only_heads_that_read_block_0_make_a_difference(tokenizer, sequences):
 
 
 def test_block_0_comes_from_another_document_where_there_is_one():
-    assert partners([0, 0, 1, 1]) == [2, 3, 0, 1]
-    assert partners([0, 0, 0, 1]) == [3, 3, 3, 1]
-    assert partners([5, 5, 5]) == [1, 2, 0]
+    assert diagnostic.partners([0, 0, 1, 1]) == [2, 3, 0, 1]
+    assert diagnostic.partners([0, 0, 0, 1]) == [3, 3, 3, 1]
+    assert diagnostic.partners([5, 5, 5]) == [1, 2, 0]
 
 
 def test_the_script_scores_a_saved_model(tokenizer, tmp_path, capsys):
     model = _model(tokenizer, heads_per_shift=[4, 0])
     save_atomically(tmp_path / "model", model.save_pretrained, tokenizer.save_pretrained)
-    script = load_script("experiments/block_diagnostic.py")
     argv = ["--model_path", str(tmp_path / "model"), "--validation_files", str(SAMPLE_TEXT)]
     argv += ["--document_boundary", "heading", "--max_sequences", "6", "--output_file", str(tmp_path / "out.json")]
-    assert script.main(argv) == 0
+    assert diagnostic.main(argv) == 0
     result = json.loads((tmp_path / "out.json").read_text())
     assert result["sequences"] == 6 and abs(result["difference"]) < 1e-6
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == result
     with pytest.raises(ValueError, match="two blocks of b = 40"):
-        block_context_diagnostic(model, tokenizer, full_sequences([str(SAMPLE_TEXT)], tokenizer, 64, limit=4), 40)
+        diagnostic.block_context_diagnostic(
+            model, tokenizer, diagnostic.full_sequences([str(SAMPLE_TEXT)], tokenizer, 64, limit=4), 40
+        )
     assert torch.is_grad_enabled()

@@ -46,9 +46,8 @@ from blockbert_experiments.qa_comparison.provenance import (
 from blockbert_experiments.qa_comparison.recipe_report import (
     apply_recipe_choice,
     epochs_choice,
-    layout_choice,
-    objective_choice,
     recipe_choice,
+    run_choice,
     write_recipe_report,
 )
 from blockbert_experiments.qa_comparison.report import load_results, plot_label, write_report
@@ -227,17 +226,21 @@ def test_the_layout_choice_takes_the_best_mean_under_the_chosen_rule_at_the_chos
         fields = dict(window_layout=cell.window_layout, block_relative_positions=cell.block_relative_positions)
         return _dev_run(rate, relative, raw, **fields)
 
+    def layout_choice(runs, rate):
+        return run_choice(runs, LAYOUT_GRID, rate, "raw", ("window_layout", "block_relative_positions"))
+
+    at_rate = {"learning_rate": 3e-4}
     runs = {first.name: run(first, 3e-4, 60.0, 40.0)}
-    assert layout_choice(runs, CHOSEN_RATE) is None  # the other layout has no results yet
+    assert layout_choice(runs, at_rate) is None  # the other layout has no results yet
     runs[prefixed.name] = run(prefixed, 1e-4, 30.0, 50.0)  # another learning rate's run does not count
-    assert layout_choice(runs, CHOSEN_RATE) is None
+    assert layout_choice(runs, at_rate) is None
     runs[prefixed.name] = run(prefixed, 3e-4, 30.0, 45.0)  # better under raw, the chosen rule
-    assert layout_choice(runs, CHOSEN_RATE) == {
+    assert layout_choice(runs, at_rate) == {
         "cell": prefixed.name, "window_layout": "question_prefixed_blocks", "block_relative_positions": True
     }  # fmt: skip
     runs[prefixed.name] = run(prefixed, 3e-4, 30.0, 40.0)
-    assert layout_choice(runs, CHOSEN_RATE)["cell"] == first.name  # a tie goes to the question first
-    assert layout_choice(runs, None) is None
+    assert layout_choice(runs, at_rate)["cell"] == first.name  # a tie goes to the question first
+    assert layout_choice(runs, None) is None  # no learning rate chosen yet
 
 
 def test_the_objective_reaches_the_training_command_only_and_the_choice_takes_the_best_run_at_the_chosen_recipe():
@@ -263,16 +266,19 @@ def test_the_objective_reaches_the_training_command_only_and_the_choice_takes_th
     def run(cell, epochs, raw):
         return _dev_run(3e-4, 30.0, raw, epochs, qa_objective=cell.qa_objective)
 
-    epochs = {"cell": "dev_n512_full_ep4", "num_train_epochs": 3.0, "dev_window_512_f1": 50.0}
+    def objective_choice(runs, recipe):
+        return run_choice(runs, OBJECTIVE_GRID, recipe, "raw", ("qa_objective",))
+
+    chosen_recipe = {"learning_rate": 3e-4, "num_train_epochs": 3.0}
     runs = {window.name: _dev_run(3e-4, 60.0, 40.0, 3.0, qa_objective="window")}
-    assert objective_choice(runs, CHOSEN_RATE, epochs) is None  # the other objective has no results yet
+    assert objective_choice(runs, chosen_recipe) is None  # the other objective has no results yet
     runs[per_block.name] = run(per_block, 4.0, 50.0)  # another epoch count's run does not count
-    assert objective_choice(runs, CHOSEN_RATE, epochs) is None
+    assert objective_choice(runs, chosen_recipe) is None
     runs[per_block.name] = run(per_block, 3.0, 45.0)  # better under raw, the chosen rule
-    assert objective_choice(runs, CHOSEN_RATE, epochs) == {"cell": per_block.name, "qa_objective": "per_block"}
+    assert objective_choice(runs, chosen_recipe) == {"cell": per_block.name, "qa_objective": "per_block"}
     runs[per_block.name] = run(per_block, 3.0, 40.0)
-    assert objective_choice(runs, CHOSEN_RATE, epochs)["qa_objective"] == "window"  # a tie goes to the window
-    assert objective_choice(runs, CHOSEN_RATE, None) is None and objective_choice(runs, None, epochs) is None
+    assert objective_choice(runs, chosen_recipe)["qa_objective"] == "window"  # a tie goes to the window
+    assert objective_choice(runs, None) is None  # no learning rate or epochs chosen yet
 
 
 def test_the_recipe_report_tables_the_screening_then_the_epoch_curve_and_states_both_choices(tmp_path):
@@ -1085,78 +1091,24 @@ def test_the_notes_name_the_demos_test_articles_and_the_cells_that_were_only_con
     assert "2 of them (Kenya, Rhine) are test articles here, with 3 of the 4 `paragraph` questions" in note
     assert demo_note({"paragraph": {"titles": ["Not_in_the_demo"], "article": [0], "ids": []}}) == ""
     full, blockwise = ({"cell": vars(cell)} for cell in TABLE4_SEEDS[:2])  # converted only
-    adapted = {"cell": {**vars(TABLE4_SEEDS[1]), "adapted_from": "n512_n2_10-2"}}
     note = weights_note({"a": blockwise, "b": full})
     assert note.startswith("**Converted and fine-tuned") and "Every cell here starts" in note and "Table 4" in note
     assert "Table 4" not in weights_note({"b": full})  # full attention alone: no blockwise model to compare at N = 512
-    assert "`a` start from an encoder" in weights_note({"a": blockwise, "c": adapted})
-    assert weights_note({"c": adapted}) == ""
+    assert weights_note({}) == ""
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Cells that start from adapted encoders
-# ---------------------------------------------------------------------------------------------------------------------
-
-
-def test_an_adapted_cell_records_its_run_and_the_long_adapted_cells_take_the_chosen_objective():
-    from blockbert_experiments.qa_comparison.grid import ADAPTED_TABLE4_GRID
-
-    long = grid_cells(ComparisonConfig(grid="adapted_long", long_qa_objective="per_block"))
-    blockwise = [cell for cell in long if cell.max_seq_length == 1024]
-    assert blockwise and all(cell.qa_objective == "per_block" for cell in blockwise)
-    assert {cell.qa_objective for cell in long if cell.max_seq_length == 512} == {"window"}
-    # cells without an adapted model record no adapted_from: their configurations keep the keys recorded before
-    assert "adapted_from" not in GRID[0].record() and ADAPTED_TABLE4_GRID[0].record()["adapted_from"] == "full_n512"
-    assert ADAPTED_TABLE4_GRID[1].model_name == "blockwise-N512-n2-10_2-from-n512_n2_10-2"
-    assert ADAPTED_TABLE4_GRID[1].model_name != Cell("x", 512, "blockwise", 2, "10:2").model_name
-
-
-def _adapted_run(folder: Path, run: str, **fields) -> Path:
-    """A run's final model as the adaptation chain leaves it (config and weights; the weights are not read here)."""
+def _encoder(folder: Path, **fields) -> Path:
+    """A distilled encoder's folder (config and weights; the weights are not read here)."""
     from blockbert_hf.model.configuration_blockbert import BlockBertConfig
 
-    model = folder / "runs" / run / "final_model"
     config = BlockBertConfig(
         hidden_size=48, num_attention_heads=12, num_hidden_layers=1, intermediate_size=96, vocab_size=100,
         max_position_embeddings=514, pad_token_id=1, **fields,
     )  # fmt: skip
-    config.save_pretrained(model)
-    (model / "model.safetensors").write_bytes(b"weights")
-    (model / "tokenizer.json").write_text("{}")
-    return model
-
-
-def test_a_cell_from_an_adapted_model_gets_its_own_heads_and_a_missing_run_is_refused_by_name(tmp_path):
-    from blockbert_experiments.qa_comparison.adapted import ADAPTED_FILE, check_adapted_models
-    from blockbert_experiments.qa_comparison.grid import ADAPTED_LONG_GRID, ADAPTED_TABLE4_GRID
-    from blockbert_experiments.qa_comparison.runner import _convert
-
-    config = ComparisonConfig(grid="adapted_long", adaptation_dir=str(tmp_path / "adaptation"), work_dir=str(tmp_path))
-    with pytest.raises(
-        FileNotFoundError, match=r"no finished adaptation run full_n512 .*n1024_n2_10-2 \(.*adapted_n1024_n2_12-0_seed0"
-    ):
-        check_adapted_models(config, ADAPTED_LONG_GRID)
-    with pytest.raises(ValueError, match="pass --adaptation_dir"):
-        check_adapted_models(ComparisonConfig(), ADAPTED_TABLE4_GRID)
-
-    blockwise = dict(attention_pattern="blockwise", num_blocks=2, heads_per_shift="10:2")
-    _adapted_run(tmp_path / "adaptation", "n1024_n2_10-2", **blockwise, block_relative_positions=True)
-    twelve_zero = next(cell for cell in ADAPTED_LONG_GRID if cell.heads_per_shift == "12:0")
-    check_adapted_models(config, [twelve_zero])
-    _convert(config, twelve_zero, tmp_path / "unused-source")
-    model = tmp_path / "models" / twelve_zero.model_name
-    saved = json.loads((model / "config.json").read_text())
-    assert saved["heads_per_shift"] == [12, 0] and saved["block_relative_positions"] is True
-    assert (model / "model.safetensors").read_bytes() == b"weights" and (model / "tokenizer.json").is_file()
-    record = json.loads((model / ADAPTED_FILE).read_text())
-    assert record["run"] == "n1024_n2_10-2" and record["config_overrides"] == {"heads_per_shift": [12, 0]}
-    assert record["path"] == "$ADAPTATION_DIR/runs/n1024_n2_10-2/final_model" and len(record["sha256"]) == 64
-
-    # an adapted model at another N than the cell's is refused, naming both
-    _adapted_run(tmp_path / "adaptation", "full_n512", attention_pattern="full", num_blocks=1)
-    wrong = replace(ADAPTED_TABLE4_GRID[0], max_seq_length=1024)
-    with pytest.raises(ValueError, match="has N = 1024 but its adapted model .* has N = 512"):
-        _convert(config, wrong, tmp_path / "unused-source")
+    config.save_pretrained(folder)
+    (folder / "model.safetensors").write_bytes(b"weights")
+    (folder / "tokenizer.json").write_text("{}")
+    return folder
 
 
 def test_the_plot_names_each_line_by_how_its_model_reads_a_long_context():
@@ -1166,7 +1118,6 @@ def test_the_plot_names_each_line_by_how_its_model_reads_a_long_context():
     assert plot_label({**blockwise, "heads_per_shift": "10:2", "seed": 0}) == (
         "BlockBERT, 1024 tokens at once, n = 2 (10:2) (seed 0)"
     )
-    assert plot_label({**blockwise, "adapted_from": "n1024_n2_10-2"}).endswith("(seed 1, adapted)")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -1203,7 +1154,7 @@ def test_stage_a_of_the_distillation_comparison_reads_the_dev_articles_first_on_
 
 
 def test_the_prefixed_stage_a_arm_restarts_positions_in_two_blocks_of_256_of_the_distilled_encoder(tmp_path):
-    from blockbert_experiments.qa_comparison.adapted import ADAPTED_FILE
+    from blockbert_experiments.qa_comparison.distilled import STARTING_MODEL_FILE
     from blockbert_experiments.qa_comparison.grid import DISTILLED_ENCODER_N512, DISTILLED_TABLE4_GRID
     from blockbert_experiments.qa_comparison.runner import _convert
 
@@ -1220,19 +1171,26 @@ def test_the_prefixed_stage_a_arm_restarts_positions_in_two_blocks_of_256_of_the
         train_args(ComparisonConfig(), distilled, manifest, 60.0)
     )
     # the encoder: distilled at N = 512 with positions running on (BERT positions, 512 rows)
-    encoder = _adapted_run(tmp_path, "unused", attention_pattern="blockwise", num_blocks=2, heads_per_shift="10:2")
-    encoder.rename(tmp_path / DISTILLED_ENCODER_N512)
+    blockwise = dict(attention_pattern="blockwise", num_blocks=2, heads_per_shift="10:2")
+    _encoder(tmp_path / DISTILLED_ENCODER_N512, **blockwise)
     config = ComparisonConfig(grid="distilled_table4", distilled_dir=str(tmp_path), work_dir=str(tmp_path / "work"))
     _convert(config, prefixed, tmp_path / "unused-source")
     model = tmp_path / "work" / "models" / prefixed.model_name
     saved = json.loads((model / "config.json").read_text())
     assert saved["block_relative_positions"] is True and saved["block_size"] == 256
-    assert json.loads((model / ADAPTED_FILE).read_text())["config_overrides"] == {
+    assert json.loads((model / STARTING_MODEL_FILE).read_text())["config_overrides"] == {
         "block_relative_positions": True, "block_size": 256
     }  # fmt: skip
     from blockbert_hf.model.configuration_blockbert import BlockBertConfig
 
     assert BlockBertConfig.from_pretrained(model).max_sequence_length == 512
+    # other heads than the encoder's are written into the copy; an encoder of another N is refused, naming both
+    twelve_zero = replace(distilled, heads_per_shift="12:0")
+    _convert(config, twelve_zero, tmp_path / "unused-source")
+    copied = tmp_path / "work" / "models" / twelve_zero.model_name
+    assert json.loads((copied / STARTING_MODEL_FILE).read_text())["config_overrides"] == {"heads_per_shift": [12, 0]}
+    with pytest.raises(ValueError, match="has N = 1024 but its distilled encoder .* has N = 512"):
+        _convert(config, replace(distilled, max_seq_length=1024), tmp_path / "unused-source")
 
 
 def test_a_task_distilled_cell_from_a_distilled_encoder_caches_its_teachers_logits_and_needs_only_them_later(

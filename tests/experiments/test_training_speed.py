@@ -5,7 +5,8 @@ import json
 import pytest
 from conftest import load_script
 
-from blockbert_experiments.training_speed import run_speed
+
+throughput = load_script("experiments/mlm_throughput.py")
 
 
 def write_run(folder, steps):
@@ -28,16 +29,16 @@ def write_run(folder, steps):
 
 def test_the_warm_up_steps_are_left_out_of_the_speed(tmp_path):
     run = write_run(tmp_path / "run", [(1000, 10.0), (1000, 1.0), (3000, 2.0)])
-    speed = run_speed(run, warmup_steps=1, corpus_tokens=4000 * 3600)
+    speed = throughput.run_speed(run, warmup_steps=1, corpus_tokens=4000 * 3600)
     assert speed["tokens_per_second"] == pytest.approx(4000 / 3.0, abs=0.1)
     assert speed["steps_measured"] == "2-3"
     assert speed["settings"]["num_blocks"] == 2
     assert speed["hours_per_epoch"]["hours"] == pytest.approx(3.0)
-    assert run_speed(run, warmup_steps=0)["tokens_per_second"] == pytest.approx(5000 / 13.0, abs=0.1)
+    assert throughput.run_speed(run, warmup_steps=0)["tokens_per_second"] == pytest.approx(5000 / 13.0, abs=0.1)
 
 
 def test_the_script_records_the_command_and_refuses_a_run_too_short(tmp_path, capsys):
-    main = load_script("experiments/mlm_throughput.py").main
+    main = throughput.main
     run = write_run(tmp_path / "run", [(1000, 10.0), (2000, 1.0)])
     output = tmp_path / "speed.json"
     assert main(["--run_dir", str(run), "--output", str(output), "--command", "run_mlm.py ..."]) == 0

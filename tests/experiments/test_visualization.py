@@ -4,7 +4,8 @@ import pytest
 import torch
 from conftest import REPO_ROOT, load_script
 
-from blockbert_experiments.visualization import blockwise_attention_mask, build_parser, figure_file_name
+
+plot = load_script("experiments/plot_attention_masks.py")
 
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -29,31 +30,30 @@ def rule_mask(heads_per_shift: list[int], sequence_length: int) -> torch.Tensor:
     [("10:2", [10, 2], 24), ("8:2:2", [8, 2, 2], 24), ("8:2:2", [8, 2, 2], 12)],
 )
 def test_mask_is_the_block_rule(heads_per_shift, counts, sequence_length):
-    mask = blockwise_attention_mask(heads_per_shift, sequence_length)
+    mask = plot.blockwise_attention_mask(heads_per_shift, sequence_length)
     assert mask.dtype == torch.bool
     assert torch.equal(mask, rule_mask(counts, sequence_length))
 
 
 def test_mask_rejects_more_blocks_than_tokens():
     with pytest.raises(ValueError, match="at least one token"):
-        blockwise_attention_mask("8:2:2", sequence_length=2)
+        plot.blockwise_attention_mask("8:2:2", sequence_length=2)
 
 
 def test_mask_leaves_the_callers_random_stream_alone():
     torch.manual_seed(1)
     expected = torch.rand(3)
     torch.manual_seed(1)
-    blockwise_attention_mask("10:2", 12)
+    plot.blockwise_attention_mask("10:2", 12)
     assert torch.equal(torch.rand(3), expected)
 
 
 def test_script_writes_both_pictures(tmp_path):
-    assert build_parser().parse_args([]).output_dir == "docs/figures"
-    script = load_script("experiments/plot_attention_masks.py")
-    assert script.main(["--output_dir", str(tmp_path), "--sequence_length", "12"]) == 0
+    assert plot.build_parser().parse_args([]).output_dir == "docs/figures"
+    assert plot.main(["--output_dir", str(tmp_path), "--sequence_length", "12"]) == 0
     names = sorted(path.name for path in tmp_path.iterdir())
     assert names == ["attention_mask_n2_10-2.png", "attention_mask_n3_8-2-2.png"]  # no temporary file left behind
-    assert names == sorted([figure_file_name("10:2"), figure_file_name([8, 2, 2])])
+    assert names == sorted([plot.figure_file_name("10:2"), plot.figure_file_name([8, 2, 2])])
     for name in names:
         assert (tmp_path / name).read_bytes().startswith(PNG_SIGNATURE)
 
@@ -61,5 +61,7 @@ def test_script_writes_both_pictures(tmp_path):
 def test_committed_pictures_exist():
     for heads_per_shift in ("10:2", "8:2:2"):
         assert (
-            (REPO_ROOT / "docs" / "figures" / figure_file_name(heads_per_shift)).read_bytes().startswith(PNG_SIGNATURE)
+            (REPO_ROOT / "docs" / "figures" / plot.figure_file_name(heads_per_shift))
+            .read_bytes()
+            .startswith(PNG_SIGNATURE)
         )

@@ -1,12 +1,8 @@
-"""The fine-tuning comparison on long-context QA: one pretrained encoder converted to BlockBERT in several attention
-configurations (`GRID`), each fine-tuned with the recipe chosen on the dev articles (`apply_recipe_choice`) and
-evaluated on the test sets of `blockbert_experiments.long_context`.
+"""The fine-tuning experiments on long-context QA (`experiments/qa_comparison.py`): the comparison of attention
+configurations, the recipe's choice on the dev articles and the distillation comparison's stages, one grid each.
 
-`run_comparison` works through the cells in priority order and resumes where it stopped; every step runs the
-repository's own scripts as a fresh process, so its command is recorded. `write_report` turns whatever cells have
-results into the report (results/qa_comparison/README.md).
-
-Modules: `grid` (cells, recipe), `layout` (paths), `plan` (estimates, dry run), `steps` (one step), `runner` (the
-resumable run and the command line), `scores` (per-question scores, bootstrap, t-interval), `provenance` (recipe,
-commands, notes), `report` and `recipe_report` (the READMEs).
+Modules: `grid` (cells, options), `layout` (paths), `plan` (estimates, dry run), `steps` (one step), `distilled`
+(cells from a self-distilled encoder), `runner` (the resumable run, the command line), `parallel` (`--jobs`), `scores`
+(statistics), `provenance` (recipe, commands, notes), `report`, `recipe_report`, `distillation_report` and
+`stage_b_report` (the READMEs), `answer_blocks`.
 """

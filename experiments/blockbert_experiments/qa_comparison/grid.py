@@ -1,8 +1,6 @@
-"""The grids of the QA experiments and their recipe: `Cell` (a model configuration, a fine-tuning seed, a training set
-and, where a cell differs from the run's recipe, its own learning rate, epochs or negative window rate), `GRID` (the
-comparison) and `RECIPE_GRID`, `EPOCHS_GRID`, `LAYOUT_GRID`, `OBJECTIVE_GRID` (the choice of the fine-tuning recipe on
-the dev articles) in priority order, `ComparisonConfig` (folders, the recipe, the report's settings) and the batch
-sizes the recipe gives at each N."""
+"""The grids of the QA experiments in priority order (`GRIDS`), their `Cell`s, `ComparisonConfig` (the command line's
+options) and the recipe and batch sizes a cell trains with. What each grid measures: the README of its results folder.
+"""
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -13,27 +11,18 @@ from blockbert_hf.train.qa.objective import check_qa_objective
 BASELINE = "n512_full_seed0"
 PARAGRAPHS = "paragraphs"  # training set of the ablation: the first half's questions with their paragraph as context
 HALVES = ("second", "dev")  # what a cell is evaluated on: the test half, or the dev articles (recipe choice)
-# Training windows without their question's answer are kept at this rate (labelled null): in the recipe's screening,
-# about one per window that holds the answer. Every model of the recipe choice and of the comparison trains so.
+# Training windows without their question's answer kept at this rate (labelled null): about one per answer window.
 SCREENING_NEGATIVE_RATE = 0.08
 
 
 @dataclass(frozen=True)
 class Cell:
-    """One configuration of the grid: the model (pattern, N, n, heads per shift), the fine-tuning seed and the training
-    set (`train_<N>` unless `train_set` says otherwise; `"paragraphs"`: the first half as it is). `learning_rate`,
-    `num_train_epochs` and `negative_window_rate` override the run's recipe where set; `eval_half` is the half whose
-    sets the cell is evaluated on (`"second"`: the test sets, `"dev"`: the dev articles). `window_layout` and
-    `block_relative_positions` are how its windows are laid out and its positions counted; `epoch_eval_set`, a set
-    evaluated after every training epoch (loss, EM, F1 in the training log); `eval_sets`, the sets it is evaluated on
-    (None: all of its half); `qa_objective`, its fine-tuning objective (`run_qa --qa_objective`: `window` or
-    `per_block`); `adapted_from`, the run of the adaptation chain (`experiments/adaptation.py`, in
-    `--adaptation_dir`) whose final model the cell starts from instead of a fresh conversion of the source, with the
-    cell's own attention fields where they differ from that model's; `distilled_from`, likewise, the self-distilled
-    encoder (`examples/distill_blockbert.py`, a folder of `--distilled_dir`) it starts from; `teacher`, the cell whose
-    fine-tuned model it is task-distilled from (`run_qa --teacher_model_name_or_path`); `group_by_length`, whether its
-    training batches gather windows of similar lengths (`run_qa --group_by_length`) or are drawn at random;
-    `max_train_samples`, the first K training questions only (overriding the run's `--max_train_samples`)."""
+    """One cell: the model (pattern, N, n, heads per shift), the fine-tuning seed and training set (`train_<N>` unless
+    `train_set` says otherwise; `"paragraphs"`: the first half as it is), the sets it is evaluated on (those of its
+    `eval_half`, or `eval_sets` by name), and where set, its own recipe values, window layout, positions, objective,
+    `epoch_eval_set` (evaluated after every epoch) and batches (`run_qa`'s options of those names).
+    `distilled_from`: the self-distilled encoder of `--distilled_dir` it starts from instead of a conversion;
+    `teacher`: the cell it is task-distilled from."""
 
     name: str
     max_seq_length: int
@@ -51,7 +40,6 @@ class Cell:
     epoch_eval_set: str | None = None
     eval_sets: tuple[str, ...] | None = None
     qa_objective: str = "window"
-    adapted_from: str | None = None
     distilled_from: str | None = None
     teacher: str | None = None
     group_by_length: bool = True
@@ -69,8 +57,6 @@ class Cell:
             name += f"-n{self.num_blocks}-{(self.heads_per_shift or 'default').replace(':', '_')}"
         if self.block_relative_positions:
             name += "-block-relative"
-        if self.adapted_from:
-            name += f"-from-{self.adapted_from}"
         if self.distilled_from:
             name += f"-from-{self.distilled_from}"
         return name
@@ -86,16 +72,15 @@ class Cell:
             )
         trained = ", trained on paragraphs" if self.train_set == PARAGRAPHS else ""
         objective = ", per-block objective" if self.qa_objective == "per_block" else ""
-        adapted = f", adapted ({self.adapted_from})" if self.adapted_from else ""
         distilled = ", self-distilled" if self.distilled_from else ""
         teacher = f", task-distilled from {self.teacher}" if self.teacher else ""
-        return f"N={self.max_seq_length} {model}, seed {self.seed}{trained}{objective}{adapted}{distilled}{teacher}"
+        return f"N={self.max_seq_length} {model}, seed {self.seed}{trained}{objective}{distilled}{teacher}"
 
     def record(self) -> dict:
-        """The cell as its results file records it (`adapted_from`, `distilled_from` and `teacher` only where set, so
-        that the configurations of cells recorded before those fields existed keep their keys)."""
+        """The cell as its results file records it (`distilled_from` and `teacher` only where set, so that the
+        configurations of cells recorded before those fields existed keep their keys)."""
         fields = asdict(self)
-        for name in ("adapted_from", "distilled_from", "teacher"):
+        for name in ("distilled_from", "teacher"):
             if fields[name] is None:
                 del fields[name]
         if fields["group_by_length"]:
@@ -105,15 +90,9 @@ class Cell:
         return fields
 
 
-# The comparison, on the recipe chosen on the dev articles (`--recipe_dir`), in two arms.
-# - Table 4 in small: N = 512 models trained on the first half's questions with their context filled to one 512-token
-#   window (`train_512`), tested on each question's paragraph and on its context filled to one 512-token window (most
-#   windows then span several blocks).
-# - The long-document arm: full attention at N = 512 with sliding windows against BlockBERT at N = 1024 and 2048 (with
-#   the chosen layout of their windows), trained as the recipe was screened (the first half's questions with their
-#   whole article as context: every window that holds the answer, windows without it sampled at the screening's rate,
-#   so that windows of a long document are scored on one scale), tested on whole articles and the length sweep. Its
-#   N = 512 model is the recipe's final model, in two seeds.
+# The comparison, on the recipe chosen on the dev articles (`--recipe_dir`), in two arms: Table 4 in small (N = 512,
+# contexts filled to one 512-token window) and the long-document arm (sliding windows of 512 against BlockBERT at
+# N = 1024 and 2048, trained on whole articles with negatives sampled as in the screening).
 TABLE4_SETS = ("paragraph", "window_512")
 LONG_SETS = ("paragraph", "window_512", "article", "sweep_512", "sweep_1024", "sweep_2048", "sweep_4096", "sweep_8192")
 
@@ -129,10 +108,8 @@ def _long_arm_cell(name: str, length: int, pattern: str, num_blocks=1, heads=Non
     )  # fmt: skip
 
 
-# In priority order: the recipe's final models first, then what is never dropped (both seeds of full attention and of
-# n = 2, the first n = 3 seed, the N = 1024 model), then what goes when time runs short (dropped from the end: the
-# second n = 3 seed, sparse_fixed, then the N = 2048 model). The second seed of the long arm's N = 512 model gives the
-# seed spread on whole articles. N = 2048 uses n = 4: blocks of 512, each within the source's 512 position rows.
+# In priority order: what goes when time runs short is dropped from the end. N = 2048 uses n = 4: blocks of 512, each
+# within the source's 512 position rows.
 GRID: tuple[Cell, ...] = (
     _long_arm_cell("n512_full_article_seed0", 512, "full"),
     _long_arm_cell("n512_full_article_seed1", 512, "full", seed=1, eval_sets=("paragraph", "window_512", "article")),
@@ -148,16 +125,14 @@ GRID: tuple[Cell, ...] = (
 )
 
 
-# The choice of the fine-tuning recipe (full attention at N = 512 from all-MiniLM-L6-v2): one-epoch screening runs of
-# each learning rate, trained on the first half's questions with their whole article as context (every window that
-# holds the answer, and windows without it sampled at SCREENING_NEGATIVE_RATE: about one per answer window), evaluated
-# on the dev articles. The most likely rates for a small encoder come first.
+# The recipe's choice on the dev articles (full attention at N = 512): one-epoch screening runs of each learning rate,
+# the most likely for a small encoder first.
 SCREENING_LEARNING_RATES = (1e-4, 2e-4, 5e-5, 3e-4)
 
 
 def _dev_cell(name: str, **settings) -> Cell:
-    """A recipe cell: (unless `settings` say otherwise) full attention at N = 512, trained on the first half's whole
-    articles, evaluated on the dev articles."""
+    """A recipe cell: full attention at N = 512 on whole articles, evaluated on the dev articles (unless `settings`
+    say otherwise)."""
     defaults = dict(max_seq_length=512, attention_pattern="full", train_set="train_article", eval_half="dev")
     return Cell(name, **{**defaults, "negative_window_rate": SCREENING_NEGATIVE_RATE, **settings})
 
@@ -168,10 +143,8 @@ def _screening(learning_rate: float) -> Cell:
 
 RECIPE_GRID: tuple[Cell, ...] = tuple(_screening(rate) for rate in SCREENING_LEARNING_RATES)
 
-# Then the number of epochs at the chosen learning rate (the run's `--learning_rate`): one run of the longest count on
-# the same training set and sampling, its linear schedule over all RECIPE_EPOCHS[-1] epochs, dev_window_512 evaluated
-# after every epoch (the dev loss and F1 per epoch: the choice among RECIPE_EPOCHS) and the three dev sets at the end.
-# One run of 4 epochs instead of runs of 2, 3 and 4 (9 epochs of training).
+# Then the epochs at the chosen rate: one run of the longest count, evaluated after every epoch (instead of one run per
+# count).
 RECIPE_EPOCHS = (2, 3, 4)
 EPOCHS_GRID: tuple[Cell, ...] = (
     _dev_cell(
@@ -182,11 +155,8 @@ EPOCHS_GRID: tuple[Cell, ...] = (
 )
 
 
-# Last, the layout of the long model's windows, at N = 1024 = 2 blocks of 512 (BlockBERT n = 2, heads 10:2), one epoch
-# at the chosen learning rate on whole-article windows of 1,024 tokens (the answer window and most negatives span both
-# blocks): the question first with positions running on through N (rows past 512 copying the source's), against the
-# question prefixed to every block with positions restarting in each block. At b = 512 both start from the same
-# position rows; what differs is whether block 1 reads the question and whether its rows are trained with block 0's.
+# Then the long model's window layout at N = 1024 (n = 2, 10:2): the question first with positions running on, against
+# the question prefixed to every block with positions restarting in each.
 def _layout(name: str, window_layout: str, block_relative_positions: bool) -> Cell:
     return _dev_cell(
         f"dev_n1024_n2_{name}", max_seq_length=1024, attention_pattern="blockwise", num_blocks=2,
@@ -201,11 +171,7 @@ LAYOUT_GRID: tuple[Cell, ...] = (
 )
 
 
-# Then the training objective of the long model: the same model and layout (N = 1024, n = 2, 10:2, question-prefixed
-# blocks with positions restarting in each block), at the chosen learning rate and number of epochs (the run's, as
-# `--recipe_dir` gives them), fine-tuned with one start/end softmax over the whole window (`window`, run_qa's default)
-# against one per block, each block's own [CLS] labelled null where the answer is elsewhere (`per_block`), as the
-# null-relative scoring reads them.
+# Last, its training objective (question-prefixed blocks): one softmax over the window against one per block.
 def _objective(qa_objective: str) -> Cell:
     return _dev_cell(
         f"dev_n1024_n2_objective_{qa_objective}", max_seq_length=1024, attention_pattern="blockwise", num_blocks=2,
@@ -217,57 +183,9 @@ def _objective(qa_objective: str) -> Cell:
 OBJECTIVE_GRID: tuple[Cell, ...] = (_objective("window"), _objective("per_block"))
 
 
-# The comparison again from adapted weights (`--adaptation_dir`: the chain of experiments/adaptation.py), each cell
-# starting from the final model of the adaptation run of its own pattern and N (so that each pattern is compared after
-# pre-training with its own attention, as the paper compares them).
-# - Stage A, `adapted_table4`: the Table-4 pair at N = 512 (full attention, the equally adapted control, and n = 2,
-#   10:2), two seeds each, trained and tested as `_table4_cell`s.
-# - Stage B, `adapted_long`: the long-document arm, three seeds each: sliding windows of 512 (full attention from the
-#   control), BlockBERT N = 1024 n = 2 (10:2, question-prefixed blocks, positions restarting in each block, the
-#   recipe's objective) and the same model with 12:0 (no head reads the other block: whether cross-block attention
-#   helps at all), both from the n1024_n2_10-2 run.
-# - Stage C, `adapted_extra`: the other patterns (n = 3 8:2:2 at N = 512, two seeds; 9:3 at N = 1024, three seeds).
-#   The adaptation curve's other points are `adapted_table4` again with the --adaptation_dir of a chain run with
-#   another --adaptation_tokens (and its own --results_dir).
-def _adapted(cell: Cell, run: str) -> Cell:
-    return replace(cell, name=f"adapted_{cell.name}", adapted_from=run)
-
-
-def _adapted_long_cell(name: str, heads: str, seed: int, run: str = "n1024_n2_10-2") -> Cell:
-    cell = _long_arm_cell(name, 1024, "blockwise", 2, heads, seed)
-    return _adapted(replace(cell, window_layout="question_prefixed_blocks", block_relative_positions=True), run)
-
-
-ADAPTED_TABLE4_GRID: tuple[Cell, ...] = tuple(
-    cell
-    for seed in (0, 1)
-    for cell in (
-        _adapted(_table4_cell(f"n512_full_seed{seed}", "full", seed=seed), "full_n512"),
-        _adapted(_table4_cell(f"n512_n2_10-2_seed{seed}", "blockwise", 2, "10:2", seed=seed), "n512_n2_10-2"),
-    )
-)
-ADAPTED_LONG_GRID: tuple[Cell, ...] = tuple(
-    cell
-    for seed in (0, 1, 2)
-    for cell in (
-        _adapted(_long_arm_cell(f"n512_full_article_seed{seed}", 512, "full", seed=seed), "full_n512"),
-        _adapted_long_cell(f"n1024_n2_10-2_seed{seed}", "10:2", seed),
-        _adapted_long_cell(f"n1024_n2_12-0_seed{seed}", "12:0", seed),
-    )
-)
-ADAPTED_EXTRA_GRID: tuple[Cell, ...] = (
-    *(
-        _adapted(_table4_cell(f"n512_n3_8-2-2_seed{seed}", "blockwise", 3, "8:2:2", seed=seed), "n512_n3_8-2-2")
-        for seed in (0, 1)
-    ),
-    *(_adapted_long_cell(f"n1024_n2_9-3_seed{seed}", "9:3", seed, run="n1024_n2_9-3") for seed in (0, 1, 2)),
-)
-
-# The distillation comparison's Stage A (results/distillation/stage_a; docs/distillation.md), on one CPU recipe: 2
-# epochs at 2e-4, batch 16 (`--effective_batch_size 16`), fp32, null-relative scoring. (a) full attention and (b) n = 2
-# (10:2), both converted; (c) n = 2 from the self-distilled encoder (`--distilled_dir`); (d) (c) task-distilled from
-# (a)'s fine-tuned model. Each is evaluated on the dev articles first (where the better of (c) and (d) is chosen), then
-# on the Table-4 test sets; the chosen arm and (a) then run a second seed.
+# The distillation comparison's Stage A (results/distillation/stage_a, docs/distillation.md): (a) full attention and
+# (b) n = 2 converted, (c) n = 2 from the self-distilled encoder, (d) (c) task-distilled from (a), (e) (c) and (f) (b)
+# with the question prefixed to both blocks; the dev articles first, then the Table-4 sets.
 DISTILLED_ENCODER_N512 = "minilm-n512-distilled"  # results/distillation/parts: its bf16 parts and restore command
 STAGE_A_RECIPE = dict(learning_rate=2e-4, num_train_epochs=2.0)
 STAGE_A_SETS = ("dev_paragraph", "dev_window_512", *TABLE4_SETS)
@@ -278,9 +196,8 @@ def _stage_a_cell(name: str, pattern: str, num_blocks=1, heads=None, seed=0, **d
     return replace(cell, eval_sets=STAGE_A_SETS, **STAGE_A_RECIPE, **distillation)
 
 
-# The question prefixed to both blocks of 256, positions restarting in each. Prefixed, a filled context can overflow
-# into a second, short window that usually holds no answer: batches grouped by length gather those, and the first run
-# of (e) stopped learning on them (the second amendment), so these cells draw their batches at random.
+# Prefixed, a filled context can overflow into a short window without the answer: batches grouped by length gather
+# those, so these cells draw their batches at random.
 PREFIXED_BLOCKS = dict(window_layout="question_prefixed_blocks", block_relative_positions=True, group_by_length=False)
 
 
@@ -290,11 +207,6 @@ def _stage_a_distilled(name: str, seed: int, task_distilled: bool = False, prefi
     return _stage_a_cell(
         name, "blockwise", 2, "10:2", seed, distilled_from=DISTILLED_ENCODER_N512, teacher=teacher, **layout
     )
-
-
-# (e), added after (a) and (c) had test results (the rule's second amendment): (c) with the question prefixed to both
-# blocks, so that the second block reads the question in every head. (f), added after (e) had test results (the fourth
-# amendment): (e)'s layout on the converted encoder, the control that says whether self-distillation helped.
 
 
 DISTILLED_TABLE4_GRID: tuple[Cell, ...] = (
@@ -310,12 +222,9 @@ DISTILLED_TABLE4_GRID: tuple[Cell, ...] = (
     _stage_a_cell("n512_n2_10-2_prefixed_seed0", "blockwise", 2, "10:2", **PREFIXED_BLOCKS),  # (f)
 )
 
-# The distillation comparison's Stage B (results/distillation/stage_b; the rule's third amendment), N = 1024 over
-# whole articles, every cell trained one epoch at 2e-4 on the first half (2,683 of 5,366) of the whole-article training
-# questions, batches drawn at random. Sliding windows of 512 (full attention, converted; seed 0 is the teacher) against
-# BlockBERT n = 2 from the self-distilled encoder of N = 512, its question prefixed to both blocks of 512 with
-# positions restarting in each, one softmax per block (the objective under which the teacher's distribution over a
-# block is that block's target), task-distilled: 10:2, and 12:0 (no head reads the other block: the lower bound).
+# Stage B (results/distillation/stage_b): N = 1024 over whole articles, sliding windows of 512 (seed 0 the teacher)
+# against n = 2 from the self-distilled encoder, question-prefixed blocks, per-block objective, task-distilled: 10:2
+# and 12:0 (no head reads the other block: the lower bound).
 STAGE_B_TRAINING = dict(learning_rate=2e-4, num_train_epochs=1.0, max_train_samples=2683, group_by_length=False)
 STAGE_B_SETS = ("paragraph", "window_512", "article")
 STAGE_B_TEACHER = "n512_full_article_seed0"
@@ -340,21 +249,12 @@ DISTILLED_LONG_GRID: tuple[Cell, ...] = (
     _stage_b_blockbert("12:0", 0),
 )
 
-# The adapted grids' baselines, which replace the default --baseline: the adapted full-attention control at N = 512.
-ADAPTED_BASELINES = {
-    "adapted_table4": "adapted_n512_full_seed0",
-    "adapted_long": "adapted_n512_full_article_seed0",
-    "adapted_extra": "adapted_n512_full_seed0",
-}
 GRIDS = {
     "comparison": GRID,
     "recipe": RECIPE_GRID,
     "epochs": EPOCHS_GRID,
     "layout": LAYOUT_GRID,
     "objective": OBJECTIVE_GRID,
-    "adapted_table4": ADAPTED_TABLE4_GRID,
-    "adapted_long": ADAPTED_LONG_GRID,
-    "adapted_extra": ADAPTED_EXTRA_GRID,
     "distilled_table4": DISTILLED_TABLE4_GRID,
     "distilled_long": DISTILLED_LONG_GRID,
 }
@@ -369,11 +269,7 @@ class ComparisonConfig:
         default="outputs/long_qa_data", metadata={"help": "the sets of experiments/build_long_context_qa.py"}
     )
     squad_file: str | None = field(
-        default=None,
-        metadata={
-            "help": "the SQuAD file the sets were built from, e.g. SQuAD v1.1 dev (dev-v1.1.json.gz, CC BY-SA 4.0): "
-            "path/to/dev-v1.1.json.gz; its first half is the training set of the paragraphs cell, which needs it"
-        },
+        default=None, metadata={"help": "the SQuAD file the sets were built from (the paragraphs cell trains on it)"}
     )
     source_model: str | None = field(
         default=None, metadata={"help": "the pretrained BERT/RoBERTa folder (default: the installed all-MiniLM-L6-v2)"}
@@ -387,33 +283,13 @@ class ComparisonConfig:
     grid: str = field(
         default="comparison",
         metadata={
-            "help": "which grid: comparison (the attention configurations on the test half), recipe (the "
-            "learning-rate screening on the dev articles), epochs (the number of epochs at --learning_rate, on the "
-            "dev articles), layout (the long model's window layout at --learning_rate, on the dev articles) or "
-            "objective (the long model's training objective at --learning_rate and --num_train_epochs, or those of "
-            "--recipe_dir, on the dev articles); from the adapted encoders of --adaptation_dir: adapted_table4 (stage "
-            "A: full attention and n = 2 10:2 at N = 512, 2 seeds, train_512), adapted_long (stage B: sliding windows "
-            "of 512, N = 1024 n = 2 10:2 and 12:0 from the same adapted weights, 3 seeds, train_article) or "
-            "adapted_extra (stage C: n = 3 8:2:2 at N = 512, 9:3 at N = 1024); distilled_table4 (the distillation "
-            "comparison's stage A: full attention and n = 2 converted, n = 2 from the self-distilled encoder of "
-            "--distilled_dir without and with task distillation from the full-attention cell, on the CPU recipe) or "
-            "distilled_long (its stage B: sliding windows of 512 against N = 1024 n = 2 10:2 and 12:0 from that "
-            "encoder, task-distilled from the sliding-windows cell of seed 0)"
-        },
-    )
-    adaptation_dir: str | None = field(
-        default=None,
-        metadata={
-            "help": "the output folder of experiments/adaptation.py, whose runs/<run>/final_model the adapted grids' "
-            "cells start from (required by those grids)"
+            "help": "which grid: comparison (the attention configurations on the test half); recipe, epochs, layout or "
+            "objective (the recipe's choice on the dev articles, results/qa_recipe/README.md); distilled_table4 or "
+            "distilled_long (the distillation comparison's Stages A and B, results/distillation/README.md)"
         },
     )
     distilled_dir: str | None = field(
-        default=None,
-        metadata={
-            "help": "the folder of the self-distilled encoders, by name, that the distilled grids' cells start from "
-            f"(required by those grids; {DISTILLED_ENCODER_N512}: results/distillation/README.md rebuilds it)"
-        },
+        default=None, metadata={"help": "the self-distilled encoders by name (results/distillation/README.md)"}
     )
     distillation_temperature: float = field(default=2.0, metadata={"help": "T of the task-distilled cells"})
     distillation_alpha: float = field(
@@ -436,12 +312,7 @@ class ComparisonConfig:
     )
     # ---- the recipe, the same for every cell (a cell may set its own learning rate, epochs and negative rate)
     recipe_dir: str | None = field(
-        default=None,
-        metadata={
-            "help": "the results folder of the recipe choice (e.g. results/qa_recipe): the learning rate, epochs, "
-            "window scoring and the long models' window layout are then the ones chosen there (it is an error if one "
-            "is not chosen yet), and their training objective once it is chosen there, overriding the options below"
-        },
+        default=None, metadata={"help": "the recipe choice's results folder, whose choices override the options below"}
     )
     window_scoring: str | None = field(
         default=None,
@@ -489,35 +360,16 @@ class ComparisonConfig:
     in_process: bool = field(
         default=False, metadata={"help": "run the steps in this process (tests; memory is then not per step)"}
     )
-    jobs: int = field(
-        default=1,
-        metadata={
-            "help": "cells run at once, each as its own `qa_comparison.py run --cells <cell>` process (a GPU machine, "
-            "or many cores; each step still uses --threads); their models are converted first, one at a time"
-        },
-    )
-    report_after_each_cell: bool = field(
-        default=True,
-        metadata={
-            "help": "rewrite the report after each cell (not in the processes of --jobs: their run writes it once)"
-        },
-    )
+    jobs: int = field(default=1, metadata={"help": "cells run at once, each as its own process"})
+    report_after_each_cell: bool = field(default=True, metadata={"help": "rewrite the report after each cell"})
 
 
 def grid_cells(config: ComparisonConfig) -> tuple[Cell, ...]:
     """The cells of `config.grid`; the comparison's BlockBERT models at N > 512 lay out their windows, count their
     positions and train as `config.long_window_layout`, `config.long_block_relative_positions` and
-    `config.long_qa_objective` say; those of the adapted grids keep the layout and positions their adapted model was
-    trained with (question-prefixed blocks, positions restarting in each block) and train with
-    `config.long_qa_objective`."""
+    `config.long_qa_objective` say."""
     if config.grid not in GRIDS:
         raise ValueError(f"--grid {config.grid!r} is unknown: choose among {', '.join(GRIDS)}.")
-    if config.grid in ADAPTED_BASELINES:
-        objective = check_qa_objective(config.long_qa_objective)
-        return tuple(
-            replace(cell, qa_objective=objective) if cell.max_seq_length > 512 and cell.num_blocks > 1 else cell
-            for cell in GRIDS[config.grid]
-        )
     if config.grid != "comparison":
         return GRIDS[config.grid]
     per_block = check_qa_objective(config.long_qa_objective) == "per_block"

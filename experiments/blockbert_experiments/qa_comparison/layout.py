@@ -1,6 +1,5 @@
-"""Where the comparison's inputs and files are: the data sets' manifest, the training file of a cell, the pretrained
-source model, `CellLayout`, a cell's folders in the work folder (models, checkpoints, predictions) and in the
-results folder, and the names the recorded commands give the folders outside the repository."""
+"""Where the inputs and files are: the sets' manifest, a cell's training file and folders (`CellLayout`), the source
+model, and the names the recorded commands give the folders outside the repository."""
 
 import json
 import os
@@ -18,7 +17,6 @@ from .grid import HALVES, PARAGRAPHS, Cell, ComparisonConfig
 MEASUREMENTS_FILE = "measurements.json"  # written by the driver once an evaluation has finished: its completion mark
 # How the recorded commands name the work and data folders (shell variables: the README's commands set them).
 WORK_DIR_VARIABLE = "$WORK_DIR"
-ADAPTATION_DIR_VARIABLE = "$ADAPTATION_DIR"  # the adaptation chain's folder (experiments/adaptation.py)
 DISTILLED_DIR_VARIABLE = "$DISTILLED_DIR"  # the self-distilled encoders' folder (examples/distill_blockbert.py)
 DATA_DIR_VARIABLE = "$DATA_DIR"
 SQUAD_DEV = "SQuAD v1.1 dev (dev-v1.1.json.gz, CC BY-SA 4.0)"
@@ -150,10 +148,8 @@ def resolve_source_model(config: ComparisonConfig) -> Path:
 
 def recorded_names(config: ComparisonConfig, source: Path) -> dict[str, Path]:
     """The folders the recorded commands name rather than give (`recorded_command`): the work folder, the data
-    folder, the adaptation chain's folder, and the installed all-MiniLM-L6-v2 when it is the source."""
+    folder, the self-distilled encoders' folder, and the installed all-MiniLM-L6-v2 when it is the source."""
     names = {WORK_DIR_VARIABLE: Path(config.work_dir), DATA_DIR_VARIABLE: Path(config.data_dir)}
-    if config.adaptation_dir:
-        names[ADAPTATION_DIR_VARIABLE] = Path(config.adaptation_dir)
     if config.distilled_dir:
         names[DISTILLED_DIR_VARIABLE] = Path(config.distilled_dir)
     if not config.source_model:

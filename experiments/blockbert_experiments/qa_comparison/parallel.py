@@ -1,8 +1,5 @@
-"""`--jobs K`: the selected cells as up to K processes at once on one machine (a GPU machine, or many cores), each
-`qa_comparison.py run --cells <cell>` with the run's other options and its output in `<work_dir>/logs/<cell>.log`.
-The run converts the models first, one at a time, so that no two processes write one folder, and writes the cells'
-results files and the report once every process has ended (the processes themselves do not write the report, which
-they would all rewrite at once)."""
+"""`--jobs K`: up to K cells at once, each `qa_comparison.py run --cells <cell>` logging to `<work_dir>/logs/`. The run
+converts the models first and writes the results and report after the processes end, so that no two write one file."""
 
 import logging
 import subprocess

@@ -1,7 +1,5 @@
-"""How the report's cells were made, from what each cell's `results.json` records (its `recipe`, its `cell`, the window
-scoring of its sets, the machines it trained on), whatever the options of the `report` command that writes the README:
-the recipe table, the driver commands that run the cells again with the recorded recipe, and the notes on what the
-test data and the starting weights let one conclude."""
+"""How the report's cells were made, from what each `results.json` records (not the `report` command's options): the
+recipe table, the commands that run the cells again, and the notes on what the results can say."""
 
 import gzip
 import json
@@ -13,8 +11,8 @@ from pathlib import Path
 from blockbert_benchmarks.measuring.machine import hardware_text
 
 from ..minilm import MINILM_DEFINITION, MINILM_INSTALL, MINILM_VARIABLE
-from .grid import ADAPTED_BASELINES, BASELINE, Cell, ComparisonConfig
-from .layout import ADAPTATION_DIR_VARIABLE, DATA_DIR_VARIABLE, SQUAD_DEV, WORK_DIR_VARIABLE
+from .grid import BASELINE, Cell, ComparisonConfig
+from .layout import DATA_DIR_VARIABLE, SQUAD_DEV, WORK_DIR_VARIABLE
 
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -65,12 +63,9 @@ def recipe_settings(entry: Mapping) -> dict[str, str]:
         {measured["window_scoring"] for measured in entry["sets"].values() if "window_scoring" in measured}
     )
     threads = sorted({int(found) for line in machines for found in re.findall(r"torch uses (\d+) threads", line)})
-    adapted = cell.get("adapted_from")
     positions = "restarting in every block" if cell.get("block_relative_positions") else "running on"
     return {
-        "starting weights": f"adapted (`{adapted}` of the adaptation chain)"
-        if adapted
-        else "converted, no blockwise pre-training or adaptation",
+        "starting weights": "converted, no blockwise pre-training or adaptation",
         "epochs": _value(recipe, "num_train_epochs", lambda v: f"{v:g}"),
         "learning rate": _value(recipe, "learning_rate", lambda v: f"{v:g}"),
         "windows per optimizer step": _batch(recipe),
@@ -165,9 +160,8 @@ def run_options(entry: Mapping, grid: str) -> dict | None:
     if len(scoring) == 1:
         options["window_scoring"] = scoring.pop()
     if cell["max_seq_length"] > 512 and cell["attention_pattern"] == "blockwise":  # what the --long_* options set
-        if grid not in ADAPTED_BASELINES:
-            options["long_window_layout"] = cell["window_layout"]
-            options["long_block_relative_positions"] = cell["block_relative_positions"]
+        options["long_window_layout"] = cell["window_layout"]
+        options["long_block_relative_positions"] = cell["block_relative_positions"]
         if grid == "comparison" or cell["num_blocks"] > 1:
             options["long_qa_objective"] = cell.get("qa_objective", "window")
     return options
@@ -230,14 +224,12 @@ def _wrapped(words: Sequence[str], width: int = 110) -> str:
 def driver_commands(results: Mapping[str, dict], config: ComparisonConfig, grid: Sequence[Cell]) -> str:
     """The shell lines that build the test sets, run the cells with the options their records fix (one `run` per
     group of cells that agree) and write the report."""
-    adapted = config.grid in ADAPTED_BASELINES
     lines = [
         MINILM_INSTALL,
         MINILM_DEFINITION,
         f"SQUAD=path/to/dev-v1.1.json.gz  # {SQUAD_DEV}",
         f"{DATA_DIR_VARIABLE[1:]}=outputs/long_qa_data",
         f"{WORK_DIR_VARIABLE[1:]}=outputs/qa_comparison",
-        *([f"{ADAPTATION_DIR_VARIABLE[1:]}=outputs/adaptation  # the folder of experiments/adaptation.py"] * adapted),
         _wrapped(
             ["python experiments/build_long_context_qa.py --squad_file $SQUAD", f"--tokenizer {MINILM_VARIABLE}"]
             + [f"--output_dir {DATA_DIR_VARIABLE}"]
@@ -249,12 +241,10 @@ def driver_commands(results: Mapping[str, dict], config: ComparisonConfig, grid:
     for cells, options in run_groups(results, config.grid):
         words = ["python experiments/qa_comparison.py run --squad_file $SQUAD", f"--data_dir {DATA_DIR_VARIABLE}"]
         words += [f"--work_dir {WORK_DIR_VARIABLE}", *common]
-        words += [f"--adaptation_dir {ADAPTATION_DIR_VARIABLE}"] * adapted
         words += [] if sorted(cells) == sorted(names) else ["--cells " + " ".join(cells)]
         lines.append(_wrapped(words + [_option_text(key, value) for key, value in options.items()]))
-    default_baseline = ADAPTED_BASELINES.get(config.grid, BASELINE)
     report = ["python experiments/qa_comparison.py report", *common]
-    report += [f"--baseline {config.baseline}"] * (config.baseline != default_baseline)
+    report += [f"--baseline {config.baseline}"] * (config.baseline != BASELINE)
     for key in ("bootstrap_samples", "bootstrap_seed"):
         if getattr(config, key) != getattr(ComparisonConfig, key):
             report.append(f"--{key} {getattr(config, key)}")
@@ -304,18 +294,16 @@ def demo_note(questions: Mapping[str, dict], repository: Path = REPO_ROOT) -> st
 
 
 def weights_note(results: Mapping[str, dict]) -> str:
-    """Which cells start from converted weights only (no blockwise pre-training or adaptation), and what that makes
-    the comparison at N = 512; empty where every cell starts from adapted weights."""
-    converted = [name for name, entry in results.items() if not entry["cell"].get("adapted_from")]
-    if not converted:
+    """That every cell starts from converted weights only (no blockwise pre-training or adaptation), and what that
+    makes the comparison at N = 512; empty without cells."""
+    if not results:
         return ""
-    which = "Every cell here starts" if len(converted) == len(results) else f"{_cells_text(converted)} start"
     blockwise_512 = any(
-        results[name]["cell"]["max_seq_length"] == 512 and results[name]["cell"]["attention_pattern"] != "full"
-        for name in converted
+        entry["cell"]["max_seq_length"] == 512 and entry["cell"]["attention_pattern"] != "full"
+        for entry in results.values()
     )
     text = (
-        f"**Converted and fine-tuned, not pre-trained with their attention.** {which} from an encoder "
+        "**Converted and fine-tuned, not pre-trained with their attention.** Every cell here starts from an encoder "
         "pre-trained with full attention, converted to its attention pattern and fine-tuned: no blockwise "
         "pre-training or adaptation (continued masked-LM training with the cell's own attention, "
         "`experiments/adaptation.py`) came in between, so every head that reads another block learns that role "

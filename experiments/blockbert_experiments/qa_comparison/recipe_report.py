@@ -1,12 +1,9 @@
-"""The report of the recipe choice (`--grid recipe`, then `--grid epochs`, `--grid layout` and `--grid objective`):
-one-epoch screening runs of each learning rate, then one 4-epoch run at the chosen one with the dev F1 after every
-epoch, the long model's window layout at N = 1024, and its training objective, evaluated on the dev articles under
-both window scoring rules.
-`README.md` in the results folder: the rules of the choice (fixed before any run), the tables, what was chosen, and the
-commands."""
+"""The report of the recipe choice (`--grid recipe`, `epochs`, `layout`, `objective`, one results folder): the rules
+fixed before the runs, the dev results, what they choose (`apply_recipe_choice` gives it to later runs), the commands.
+"""
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -131,46 +128,24 @@ def epochs_choice(results: Mapping[str, Mapping], choice: Mapping | None) -> dic
     return None
 
 
-def layout_choice(results: Mapping[str, Mapping], choice: Mapping | None) -> dict | None:
-    """The window layout and positions `LAYOUT_RULE` picks from the layout runs at the chosen learning rate, once
-    both have their dev results; None before (or before the learning rate is chosen)."""
-    if choice is None:
+def run_choice(
+    results: Mapping[str, Mapping], grid, recipe: Mapping | None, rule: str | None, fields: Sequence[str]
+) -> dict | None:
+    """The run of `grid` that `LAYOUT_RULE` or `OBJECTIVE_RULE` picks, with its cell's `fields`: the highest mean dev
+    F1 under `rule` among the runs trained with `recipe` (recipe key -> chosen value), a tie to the first in grid
+    order, once every run of `grid` has its dev results; None before (or while `recipe` is not chosen)."""
+    if recipe is None:
         return None
     runs = {
         name: entry
         for name, entry in results.items()
-        if entry["recipe"]["learning_rate"] == choice["learning_rate"]
-        and _mean_f1(entry, choice["window_scoring"]) is not None
+        if all(entry["recipe"][key] == value for key, value in recipe.items()) and _mean_f1(entry, rule) is not None
     }
-    if len(runs) < len(LAYOUT_GRID):
+    if len(runs) < len(grid):
         return None
-    order = [cell.name for cell in LAYOUT_GRID]  # the question first wins a tie
-    best = max(runs, key=lambda name: (_mean_f1(runs[name], choice["window_scoring"]), -order.index(name)))
-    cell = runs[best]["cell"]
-    return {
-        "cell": best,
-        "window_layout": cell["window_layout"],
-        "block_relative_positions": cell["block_relative_positions"],
-    }
-
-
-def objective_choice(results: Mapping[str, Mapping], choice: Mapping | None, epochs: Mapping | None) -> dict | None:
-    """The training objective `OBJECTIVE_RULE` picks from the objective runs at the chosen learning rate and number
-    of epochs, once both have their dev results; None before (or before those are chosen)."""
-    if choice is None or epochs is None:
-        return None
-    runs = {
-        name: entry
-        for name, entry in results.items()
-        if (entry["recipe"]["learning_rate"], entry["recipe"]["num_train_epochs"])
-        == (choice["learning_rate"], epochs["num_train_epochs"])
-        and _mean_f1(entry, choice["window_scoring"]) is not None
-    }
-    if len(runs) < len(OBJECTIVE_GRID):
-        return None
-    order = [cell.name for cell in OBJECTIVE_GRID]  # the window objective wins a tie
-    best = max(runs, key=lambda name: (_mean_f1(runs[name], choice["window_scoring"]), -order.index(name)))
-    return {"cell": best, "qa_objective": runs[best]["cell"]["qa_objective"]}
+    order = [cell.name for cell in grid]
+    best = max(runs, key=lambda name: (_mean_f1(runs[name], rule), -order.index(name)))
+    return {"cell": best, **{field: runs[best]["cell"][field] for field in fields}}
 
 
 def _epoch_rows(results: Mapping[str, Mapping]) -> list[list[str]]:
@@ -227,15 +202,18 @@ def recipe_runs(config: ComparisonConfig) -> RecipeRuns:
     later = {**epoch_runs, **layout_runs, **objective_runs}
     screening = {name: entry for name, entry in found.items() if name not in later}
     choice = recipe_choice(screening)
-    epochs, layout = epochs_choice(epoch_runs, choice), layout_choice(layout_runs, choice)
-    objective = objective_choice(objective_runs, choice, epochs)
+    epochs = epochs_choice(epoch_runs, choice)
+    rate = choice and {"learning_rate": choice["learning_rate"]}
+    rule = choice and choice["window_scoring"]
+    layout = run_choice(layout_runs, LAYOUT_GRID, rate, rule, ("window_layout", "block_relative_positions"))
+    rate_and_epochs = epochs and {**rate, "num_train_epochs": epochs["num_train_epochs"]}
+    objective = run_choice(objective_runs, OBJECTIVE_GRID, rate_and_epochs, rule, ("qa_objective",))
     return RecipeRuns(found, screening, epoch_runs, layout_runs, objective_runs, choice, epochs, layout, objective)
 
 
 def apply_recipe_choice(config: ComparisonConfig) -> ComparisonConfig:
-    """`config` with the recipe chosen in `config.recipe_dir` (learning rate, epochs, window scoring, the long models'
-    window layout and positions, and their training objective once it is chosen: until then the window objective,
-    with a warning); a `ValueError` that says what to run when one of the others is not chosen yet."""
+    """`config` with the recipe chosen in `config.recipe_dir` (the training objective defaults to `window`, with a
+    warning, until chosen); a `ValueError` that says what to run where another choice is not made yet."""
     runs = recipe_runs(replace(config, results_dir=config.recipe_dir, grid="recipe"))
     choice, epochs, layout = runs.choice, runs.epochs, runs.layout
     missing = [what for what, made in (("learning rate", choice), ("epochs", epochs), ("layout", layout)) if not made]

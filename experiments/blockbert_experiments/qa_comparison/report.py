@@ -5,6 +5,7 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from scipy import stats
@@ -87,9 +88,8 @@ def _read_cell(folder: Path) -> dict:
 def load_results(
     config: ComparisonConfig, grid: Sequence[Cell] = GRID, skipped: dict[str, str] | None = None
 ) -> dict[str, dict]:
-    """The results of every cell in the results folder that has any, grid cells first in priority order. A cell whose
-    `results.json` or `scores.json` cannot be read or lacks a key the report reads is left out with a warning naming
-    the file and the problem (and recorded in `skipped`, cell name -> problem)."""
+    """The results of every cell in the results folder, grid cells first; a cell whose files cannot be read or lack a
+    key the report reads is left out with a warning (and recorded in `skipped`, cell name -> problem)."""
     folder = Path(config.results_dir)
     names = [cell.name for cell in grid]
     found = sorted(path.parent.name for path in folder.glob("*/results.json")) if folder.is_dir() else []
@@ -122,29 +122,29 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _per_set(per_set: Mapping, sets: Sequence[str], text) -> list[str]:
+    """One column per set: `text` of the set's entry, or "-" where there is none."""
+    return [text(per_set[name]) if name in per_set else "-" for name in sets]
+
+
 def results_table(results: Mapping[str, dict], sets: Sequence[str]) -> str:
     """EM / F1 per test set, one row per cell."""
-    rows = []
-    for name, entry in results.items():
-        cells = [
-            f"{entry['sets'][s]['exact_match']:.1f} / {entry['sets'][s]['f1']:.1f}" if s in entry["sets"] else "-"
-            for s in sets
+    rows = [
+        [
+            f"`{name}`",
+            entry["label"],
+            *_per_set(entry["sets"], sets, lambda m: f"{m['exact_match']:.1f} / {m['f1']:.1f}"),
         ]
-        rows.append([f"`{name}`", entry["label"], *cells])
+        for name, entry in results.items()
+    ]
     return _table(["cell", "model", *(f"{s} EM / F1" for s in sets)], rows)
 
 
-def intervals_table(compared: Mapping[str, dict], sets: Sequence[str], metric: str = "f1") -> str:
-    """Difference to the reference with its 95% interval; bold where the interval excludes zero."""
-    rows = []
-    for name, per_set in compared.items():
-        cells = []
-        for s in sets:
-            if s not in per_set:
-                cells.append("-")
-                continue
-            cells.append(_interval_text(per_set[s][metric]))
-        rows.append([f"`{name}`", *cells])
+def intervals_table(compared: Mapping[str, dict], sets: Sequence[str]) -> str:
+    """The F1 difference to the reference with its 95% interval, per set."""
+    rows = [
+        [f"`{name}`", *_per_set(per_set, sets, lambda v: _interval_text(v["f1"]))] for name, per_set in compared.items()
+    ]
     return _table(["cell", *sets], rows)
 
 
@@ -157,8 +157,7 @@ def _interval_text(value: Mapping) -> str:
 
 
 def whole_article_table(measured: Mapping[str, dict]) -> str:
-    """Per cell and window scoring rule: whole-article EM / F1, the paragraph F1 of the same questions, their ratio,
-    and (on the null-relative row) its difference to the raw rule with the interval."""
+    """Per cell and window scoring rule, as `whole_article_scores` gives it."""
     rows = []
     for name, entry in measured.items():
         for rule, value in entry["by_window_scoring"].items():
@@ -184,10 +183,7 @@ def _bracket(value: Mapping | None) -> str:
 
 
 def verdicts_table(verdicts: Mapping[str, dict], sets: Sequence[str], reference: str = "baseline") -> str:
-    """One row per configuration and set: the seed-averaged difference with its article-bootstrap interval, the
-    t-interval over per-seed differences, the wider of the two and its half-width (the smallest detectable effect),
-    the difference to each seed of the reference, both seed spreads, the verdict and whether the wider interval
-    excludes zero."""
+    """One row per configuration and set, as `seed_averaged_difference` gives it."""
 
     def spread(value: float | None) -> str:
         return "one seed" if value is None else f"{value:.1f}"
@@ -216,27 +212,22 @@ def verdicts_table(verdicts: Mapping[str, dict], sets: Sequence[str], reference:
     return _table(header, rows)
 
 
+def _cost_text(measured: Mapping) -> str:
+    seconds, memory = measured["seconds_per_question"], measured["peak_rss_mb"]
+    return f"{seconds:.3f} s, {memory / 1024:.2f} GB" if seconds is not None and memory else f"{seconds} s, -"
+
+
 def cost_table(results: Mapping[str, dict], sets: Sequence[str]) -> str:
     """Forward seconds per question and the evaluating process's peak RSS (GB), per set."""
     rows = []
     for name, entry in results.items():
-        cells = []
-        for s in sets:
-            measured = entry["sets"].get(s)
-            if measured is None:
-                cells.append("-")
-                continue
-            seconds = measured["seconds_per_question"]
-            memory = measured["peak_rss_mb"]
-            cells.append(
-                f"{seconds:.3f} s, {memory / 1024:.2f} GB" if seconds is not None and memory else f"{seconds} s, -"
-            )
         train = entry["train"]
         hours = f"{train['seconds'] / 3600:.2f} h" if train["finished"] else "unfinished"
         if train["finished"] and train.get("resumed_attempts"):
             # a killed attempt's time is not known, so a resumed training's time leaves out the steps it resumed from
             hours = f"{hours} + the steps before {train['resumed_attempts']} resume(s)"
-        rows.append([f"`{name}`", hardware_text(train.get("machines") or []) or "not recorded", hours, *cells])
+        machine = hardware_text(train.get("machines") or []) or "not recorded"
+        rows.append([f"`{name}`", machine, hours, *_per_set(entry["sets"], sets, _cost_text)])
     return _table(["cell", "machine", "train time", *sets], rows)
 
 
@@ -258,13 +249,12 @@ def loss_table(results: Mapping[str, dict]) -> str:
 def plot_label(cell: Mapping) -> str:
     """A cell's name for a reader of the plot: how the model reads a long context, and its seed."""
     length, seed = cell["max_seq_length"], cell["seed"]
-    adapted = ", adapted" if cell.get("adapted_from") else ""
     if cell["attention_pattern"] == "full":
-        return f"full attention, sliding windows of {length} (seed {seed}{adapted})"
+        return f"full attention, sliding windows of {length} (seed {seed})"
     if cell["attention_pattern"] == "blockwise":
         heads = f" ({cell['heads_per_shift']})" if cell.get("heads_per_shift") else ""
-        return f"BlockBERT, {length} tokens at once, n = {cell['num_blocks']}{heads} (seed {seed}{adapted})"
-    return f"{cell['attention_pattern']}, windows of {length} (seed {seed}{adapted})"
+        return f"BlockBERT, {length} tokens at once, n = {cell['num_blocks']}{heads} (seed {seed})"
+    return f"{cell['attention_pattern']}, windows of {length} (seed {seed})"
 
 
 def plot_sweep(results: Mapping[str, dict], path: Path) -> bool:
@@ -340,21 +330,15 @@ def _intervals_note() -> str:
 
 @dataclass
 class Measured:
-    """What the report shows, computed once from the cells in the results folder."""
+    """What the report shows, computed once from the cells in the results folder; `comparisons` by the key of
+    `results.json` that holds each."""
 
     results: dict
     questions: dict
     skipped: dict
     sets: list
     baseline: str
-    compared: dict
-    same_seed: dict
-    same_window: dict
-    sliding: dict
-    seeds: dict
-    verdicts: dict
-    long_arm: dict
-    whole_articles: dict
+    comparisons: dict
     finished: list
     pending: list
 
@@ -368,27 +352,19 @@ def measure(config: ComparisonConfig, grid: Sequence[Cell]) -> Measured:
     pairs = [(name, baseline) for name in results if name != baseline] if baseline in results else []
     same_seed = same_seed_pairs(results, baseline)
     finished = [name for name, entry in results.items() if entry["finished"]]
-
-    def compare(chosen: Sequence[tuple[str, str]]) -> dict:
-        return compare_cells(config, results, questions, chosen)
-
-    return Measured(
-        results=results,
-        questions=questions,
-        skipped=skipped,
-        sets=_set_order(results),
-        baseline=baseline,
-        compared=compare(pairs),
-        same_seed=compare(same_seed),
-        same_window=compare(equal_window_pairs(results, pairs + same_seed)),
-        sliding=compare(sliding_window_pairs(results, pairs)),
-        seeds=compare(seed_pairs(results)),
-        verdicts=seed_averaged_verdicts(config, results, questions, baseline),
-        long_arm=long_arm_verdicts(config, results, questions),
-        whole_articles=whole_article_scores(config, results, questions),
-        finished=finished,
-        pending=[cell.name for cell in grid if cell.name not in finished],
-    )
+    compare = partial(compare_cells, config, results, questions)
+    comparisons = {
+        "differences_to_baseline": compare(pairs),
+        "differences_at_the_same_seed": compare(same_seed),
+        "differences_at_the_same_window": compare(equal_window_pairs(results, pairs + same_seed)),
+        "differences_to_sliding_windows": compare(sliding_window_pairs(results, pairs)),
+        "whole_articles": whole_article_scores(config, results, questions),
+        "seed_spread": compare(seed_pairs(results)),
+        "seed_averaged_verdicts": seed_averaged_verdicts(config, results, questions, baseline),
+        "long_arm_verdicts": long_arm_verdicts(config, results, questions),
+    }
+    pending = [cell.name for cell in grid if cell.name not in finished]
+    return Measured(results, questions, skipped, _set_order(results), baseline, comparisons, finished, pending)
 
 
 def _grid_section(grid: Sequence[Cell], measured: Measured) -> str:
@@ -415,79 +391,72 @@ def _grid_section(grid: Sequence[Cell], measured: Measured) -> str:
     )
 
 
-def _difference_sections(config: ComparisonConfig, measured: Measured) -> list[str]:
-    """Each cell against the baseline, against the baseline's configuration at its seed, and against full attention
-    at its own N, cell by cell (one seed each side)."""
-    sets, parts = measured.sets, []
-    if measured.compared:
-        parts.append(
-            f"## Differences to `{measured.baseline}` (F1 points, 95% interval)\n\nPaired bootstrap that resamples "
-            f"articles ({config.bootstrap_samples:,} resamples, seed {config.bootstrap_seed}); bold: the interval "
-            "excludes zero.\n\n" + intervals_table(measured.compared, sets)
-        )
-    if measured.same_seed:
-        parts.append(
-            "## Differences to the baseline's configuration at the same seed (F1 points, 95% interval)\n\n"
-            + intervals_table(measured.same_seed, sets)
-        )
-    if measured.same_window:
-        parts.append(
-            "## Differences to full attention at the same N (F1 points, 95% interval)\n\nAgainst the full-attention "
-            "cell with the same N, seed and training set, where the sections above do not give it.\n\n"
-            + intervals_table(measured.same_window, sets)
-        )
-    return parts
+# The sections that compare cells, in the README's order, each left out where it has nothing to show: the key of
+# `Measured.comparisons` it shows, its heading and text ({baseline}, {bootstrap}, {intervals} filled in), its table.
+COMPARISON_SECTIONS = (
+    (
+        "differences_to_baseline",
+        "Differences to `{baseline}` (F1 points, 95% interval)",
+        "{bootstrap}",
+        intervals_table,
+    ),
+    (
+        "differences_at_the_same_seed",
+        "Differences to the baseline's configuration at the same seed (F1 points, 95% interval)",
+        "",
+        intervals_table,
+    ),
+    (
+        "differences_at_the_same_window",
+        "Differences to full attention at the same N (F1 points, 95% interval)",
+        "Against the full-attention cell with the same N, seed and training set, where the sections above do not give "
+        "it.\n\n",
+        intervals_table,
+    ),
+    (
+        "differences_to_sliding_windows",
+        "The long-document arm: differences to sliding windows of 512 (F1 points, 95% interval)",
+        "Against full attention at N = 512 (overlapping windows of 512 tokens), same data and seed.\n\n",
+        intervals_table,
+    ),
+    (
+        "long_arm_verdicts",
+        "The long-document arm averaged over seeds (F1 points)",
+        "As the Verdicts section, against sliding windows of 512. {intervals}\n\n",
+        partial(verdicts_table, reference="sliding-window"),
+    ),
+    (
+        "whole_articles",
+        "Whole articles against the questions' own paragraphs",
+        "The questions of `article` over their whole article and over their own paragraph, under both window scoring "
+        "rules (`raw`: the highest start + end logit of all windows; `null_relative`: the span that most exceeds its "
+        "window's null score). Intervals: article bootstrap, 95%.\n\n",
+        lambda scores, sets: whole_article_table(scores),
+    ),
+    (
+        "seed_averaged_verdicts",
+        "Verdicts: differences to `{baseline}`'s configuration averaged over seeds (F1 points)",
+        "Per question, the F1 difference at the same seed, averaged over the seeds both have. Seed spread: the largest "
+        "gap between two seeds' F1 of one configuration. *Resolved*: the bootstrap interval excludes zero and the gap "
+        "exceeds both seed spreads; otherwise *smaller than the interval*, *within the seed spread* or *no seed spread "
+        "yet*. {intervals}\n\n",
+        verdicts_table,
+    ),
+    ("seed_spread", "Seed spread (F1 points, second seed minus first, 95% interval)", "", intervals_table),
+)
 
 
-def _long_arm_sections(measured: Measured) -> list[str]:
-    """The long-document arm: each long cell against sliding windows of 512 at its seed, then each long configuration
-    averaged over seeds with the seed spread of both sides."""
-    parts = []
-    if measured.sliding:
-        parts.append(
-            "## The long-document arm: differences to sliding windows of 512 (F1 points, 95% interval)\n\nAgainst "
-            "full attention at N = 512 (overlapping windows of 512 tokens), same data and seed.\n\n"
-            + intervals_table(measured.sliding, measured.sets)
-        )
-    if measured.long_arm:
-        parts.append(
-            "## The long-document arm averaged over seeds (F1 points)\n\nAs the Verdicts section, against sliding "
-            "windows of 512. "
-            + _intervals_note()
-            + "\n\n"
-            + verdicts_table(measured.long_arm, measured.sets, reference="sliding-window")
-        )
-    return parts
-
-
-def _whole_article_section(measured: Measured) -> list[str]:
-    if not measured.whole_articles:
-        return []
+def _comparison_sections(config: ComparisonConfig, measured: Measured) -> list[str]:
+    bootstrap = (
+        f"Paired bootstrap that resamples articles ({config.bootstrap_samples:,} resamples, seed "
+        f"{config.bootstrap_seed}); bold: the interval excludes zero.\n\n"
+    )
+    filled = dict(baseline=measured.baseline, bootstrap=bootstrap, intervals=_intervals_note())
     return [
-        "## Whole articles against the questions' own paragraphs\n\nThe questions of `article` over their whole "
-        "article and over their own paragraph, under both window scoring rules (`raw`: the highest start + end logit "
-        "of all windows; `null_relative`: the span that most exceeds its window's null score). Intervals: article "
-        "bootstrap, 95%.\n\n" + whole_article_table(measured.whole_articles)
+        f"## {heading.format(**filled)}\n\n{text.format(**filled)}" + table(measured.comparisons[key], measured.sets)
+        for key, heading, text, table in COMPARISON_SECTIONS
+        if measured.comparisons[key]
     ]
-
-
-def _verdict_sections(measured: Measured) -> list[str]:
-    """The configurations against the baseline's averaged over seeds, then the seed spread of each configuration."""
-    parts = []
-    if measured.verdicts:
-        parts.append(
-            f"## Verdicts: differences to `{measured.baseline}`'s configuration averaged over seeds (F1 points)\n\n"
-            "Per question, the F1 difference at the same seed, averaged over the seeds both have. Seed spread: the "
-            "largest gap between two seeds' F1 of one configuration. *Resolved*: the bootstrap interval excludes zero "
-            "and the gap exceeds both seed spreads; otherwise *smaller than the interval*, *within the seed spread* or "
-            "*no seed spread yet*. " + _intervals_note() + "\n\n" + verdicts_table(measured.verdicts, measured.sets)
-        )
-    if measured.seeds:
-        parts.append(
-            "## Seed spread (F1 points, second seed minus first, 95% interval)\n\n"
-            + intervals_table(measured.seeds, measured.sets)
-        )
-    return parts
 
 
 def _cost_sections(measured: Measured) -> list[str]:
@@ -513,24 +482,6 @@ def _commands_section(config: ComparisonConfig, grid: Sequence[Cell], measured: 
     )
 
 
-def _report_json(measured: Measured) -> dict:
-    """What `results.json` of the results folder holds."""
-    return {
-        "baseline": measured.baseline,
-        "finished": measured.finished,
-        "pending": measured.pending,
-        "cells": {name: {k: v for k, v in entry.items() if k != "scores"} for name, entry in measured.results.items()},
-        "differences_to_baseline": measured.compared,
-        "differences_at_the_same_seed": measured.same_seed,
-        "differences_at_the_same_window": measured.same_window,
-        "differences_to_sliding_windows": measured.sliding,
-        "whole_articles": measured.whole_articles,
-        "seed_spread": measured.seeds,
-        "seed_averaged_verdicts": measured.verdicts,
-        "long_arm_verdicts": measured.long_arm,
-    }
-
-
 def write_report(config: ComparisonConfig, grid: Sequence[Cell] = GRID) -> dict:
     """Writes `README.md`, `results.json` and `f1_vs_context_length.png` into the results folder from whatever cells
     have results; returns what `results.json` holds."""
@@ -547,14 +498,13 @@ def write_report(config: ComparisonConfig, grid: Sequence[Cell] = GRID) -> dict:
         parts.append("## Results (EM / F1)\n\n" + results_table(measured.results, measured.sets))
     if plot_sweep(measured.results, folder / "f1_vs_context_length.png"):
         parts.append("## F1 against context length\n\n![F1 against context length](f1_vs_context_length.png)\n")
-    parts += _difference_sections(config, measured)
-    parts += _long_arm_sections(measured)
-    parts += _whole_article_section(measured)
-    parts += _verdict_sections(measured)
+    parts += _comparison_sections(config, measured)
     if measured.results:
         parts += _cost_sections(measured)
         parts.append(_commands_section(config, grid, measured))
-    report = _report_json(measured)
+    cells = {name: {k: v for k, v in entry.items() if k != "scores"} for name, entry in measured.results.items()}
+    report = {"baseline": measured.baseline, "finished": measured.finished, "pending": measured.pending, "cells": cells}
+    report.update(measured.comparisons)
     write_file_atomically(folder / "README.md", "\n".join(parts))
     write_json_atomically(folder / "results.json", report)
     return report

@@ -1,37 +1,14 @@
-"""The long-context QA fine-tuning comparison: one pretrained encoder (all-MiniLM-L6-v2) converted to full, sparse
-fixed and blockwise attention at N = 512, 1024 and 2048, fine-tuned with one recipe and evaluated on the long-context
-test sets (see results/qa_comparison/README.md).
+"""`qa_comparison.py {run,report}`: the long-context QA fine-tuning comparison and its recipe choice (grids in
+`grid`), run cell by cell and resumable, and the reports written from the committed results. What each grid measures
+and how to rerun it: results/qa_comparison/README.md, results/qa_recipe/README.md, results/distillation/README.md.
 
     python experiments/qa_comparison.py run --dry_run     # the plan: what each cell still needs, time estimates
-    python experiments/qa_comparison.py run --squad_file path/to/dev-v1.1.json.gz   # every cell, in priority order
-    python experiments/qa_comparison.py run --cells n512_full_seed0 n512_n2_10-2_seed0
+    python experiments/qa_comparison.py run --recipe_dir results/qa_recipe --squad_file path/to/dev-v1.1.json.gz
     python experiments/qa_comparison.py report            # table, plot, intervals from the cells finished so far
-    python experiments/qa_comparison.py run --grid recipe --effective_batch_size 16 --mixed_precision bf16
-                                                          # the learning-rate screening on the dev articles
-    python experiments/qa_comparison.py run --grid objective --recipe_dir results/qa_recipe \
-        --results_dir results/qa_recipe
-                                                          # the long model's training objective, on the recipe
-                                                          # chosen so far (window against per_block, dev articles)
-    python experiments/qa_comparison.py run --recipe_dir results/qa_recipe --effective_batch_size 16
-                                                          # the comparison on the recipe chosen there
-    python experiments/qa_comparison.py run --grid distilled_table4 --distilled_dir outputs/distilled \
-        --work_dir outputs/distillation_qa --results_dir results/distillation/stage_a --effective_batch_size 16 \
-        --train_tokens_per_batch 8192 --window_scoring null_relative --cells n512_full_seed0
-                                                          # a cell of the distillation comparison's Stage A (one
-                                                          # CPU session each; results/distillation/stage_a)
-    python experiments/qa_comparison.py run --recipe_dir results/qa_recipe --jobs 11
-                                                          # every cell at once, one process each (a GPU machine)
 
-`run` can be interrupted at any time and started again: converted models are cached, finished trainings and
-evaluations are skipped, an interrupted training resumes from its last checkpoint (one about every
---checkpoint_minutes of training) and an interrupted evaluation redoes only its missing sets. Large files go to
---work_dir (default outputs/qa_comparison), results and the report to --results_dir (default results/qa_comparison).
-Needs the sets of experiments/build_long_context_qa.py in --data_dir (default outputs/long_qa_data), built from SQuAD
-v1.1 dev (dev-v1.1.json.gz, CC BY-SA 4.0); the cell trained on paragraphs also needs that file itself, --squad_file.
-
-The resumable run of the grid: each cell is converted (unless cached), fine-tuned (resuming from its last checkpoint)
-and evaluated on the sets without results, then its results files are written from the work folder:
-`<cell>/results.json`, `<cell>/scores.json` and the shared `questions.json`.
+`run` can be interrupted and started again: converted models are cached, finished trainings and evaluations are
+skipped, an interrupted training resumes from its last checkpoint. Large files go to --work_dir, results and the
+report to --results_dir. Needs the sets of experiments/build_long_context_qa.py in --data_dir.
 """
 
 import argparse
@@ -39,7 +16,6 @@ import logging
 import shlex
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -54,11 +30,15 @@ from blockbert_hf.saving import (
 )
 from blockbert_hf.train.runs import HelpFormatter, list_checkpoints, read_metrics
 
-from .adapted import ADAPTED_FILE, adapted_command, check_adapted_models, planned_record, prepare_adapted_model
 from .distillation_report import write_stage_a_report
+from .distilled import (
+    STARTING_MODEL_FILE,
+    check_distilled_models,
+    copy_command,
+    planned_record,
+    prepare_distilled_model,
+)
 from .grid import (
-    ADAPTED_BASELINES,
-    BASELINE,
     PARAGRAPHS,
     RECIPE_GRIDS,
     Cell,
@@ -95,15 +75,14 @@ logger = logging.getLogger(__name__)
 
 
 def _train(config: ComparisonConfig, cell: Cell, manifest: Mapping, names: Mapping[str, Path]) -> None:
-    """Fine-tunes the cell, resuming from its last checkpoint if there is one; every attempt goes to the train log
-    (its command as the results record it, with the folders of `names` named, and the machine it ran on)."""
+    """Fine-tunes the cell, resuming from its last checkpoint; every attempt goes to the train log, logged before it
+    starts so that a killed one shows as one without a return code."""
     layout = CellLayout(config, cell)
     training_file(config, cell, manifest, create=True)
     args = train_args(config, cell, manifest, estimated_train_minutes(config, cell, manifest))
     checkpoints = list_checkpoints(layout.train)
     if checkpoints:
         args.append("--resume")
-    # Each attempt is logged before it starts, so an attempt that was killed shows as one without a return code.
     attempts = read_json(layout.train_log) or []
     attempt = {
         "command": command_line("run_qa.py", args, names),
@@ -141,14 +120,14 @@ def _evaluate(
 
 
 def _convert(config: ComparisonConfig, cell: Cell, source: Path) -> None:
-    """Converts the cell's starting model (or copies its adapted one) unless it is cached (cells that differ only in
+    """Converts the cell's starting model (or copies its distilled one) unless it is cached (cells that differ only in
     seed or data share it)."""
     model = CellLayout(config, cell).model
     if is_saved_model(model):
         return
-    if cell.adapted_from or cell.distilled_from:
-        record = prepare_adapted_model(config, cell, model)
-        logger.info(adapted_command(record, str(model)))
+    if cell.distilled_from:
+        record = prepare_distilled_model(config, cell, model)
+        logger.info(copy_command(record, str(model)))
     else:
         args = convert_args(config, cell, source)
         check_step(run_step(config, "convert_roberta_to_blockbert.py", args), "convert_roberta_to_blockbert.py", args)
@@ -157,10 +136,8 @@ def _convert(config: ComparisonConfig, cell: Cell, source: Path) -> None:
 def _write_students_logits(
     config: ComparisonConfig, teacher: Cell, students: Sequence[Cell], manifest: Mapping, source: Path
 ) -> None:
-    """The fine-tuned `teacher`'s logits over the training windows of each cell of `students` that it teaches, where
-    they are not cached yet (`run_qa --teacher_logits_only`, the student's own training command otherwise): its
-    weights do not outlive the session, the few MB of logits carry it to the students' sessions. Each file gets a
-    record of its command beside it."""
+    """The fine-tuned `teacher`'s logits over the training windows of each cell it teaches, where not cached yet: the
+    few MB of logits outlive its weights. Each file gets a record of its command beside it."""
     for student in students:
         logits = CellLayout(config, student).teacher_logits
         if student.teacher != teacher.name or logits.is_file():
@@ -188,9 +165,8 @@ def run_cell(
     source: Path,
     students: Sequence[Cell] = (),
 ) -> None:
-    """Converts (unless cached), fine-tunes (unless done; resuming from a checkpoint), writes its logits for the
-    cells of `students` it teaches, and evaluates on the sets of its half without results, then writes the cell's
-    results files."""
+    """Converts, fine-tunes, writes its logits for the `students` it teaches and evaluates what is not done yet, then
+    writes the cell's results files."""
     layout = CellLayout(config, cell)
     test_sets = cell_sets(manifest, test_sets, cell)
     names = recorded_names(config, source)
@@ -206,15 +182,14 @@ def run_cell(
 
 
 def run_comparison(config: ComparisonConfig, grid: Sequence[Cell] | None = None) -> list[str]:
-    """Runs the selected cells of `grid` (default: `config.grid`'s) in priority order, writing each cell's results
-    and, for the comparison, the report as it goes; a failing cell is logged and skipped. Returns the names of the
-    cells that failed."""
+    """Runs the selected cells of `grid` (default: `config.grid`'s) in priority order, writing results and the report
+    as it goes; a failing cell is logged and skipped. Returns the names of the cells that failed."""
     grid = grid_cells(config) if grid is None else grid
     cells = select_cells(config.cells, grid)  # an unknown cell name is the first thing to report
     manifest = read_manifest(config)
     test_sets = test_set_names(config, manifest)
     source = resolve_source_model(config)
-    check_adapted_models(config, [cell for cell in cells if not is_saved_model(CellLayout(config, cell).model)])
+    check_distilled_models(config, [cell for cell in cells if not is_saved_model(CellLayout(config, cell).model)])
     _check_teachers(config, [cell for cell in cells if not is_saved_model(CellLayout(config, cell).trained_model)])
     for cell in cells:  # a missing --squad_file stops the run before any work, not after the cells before it
         layout = CellLayout(config, cell)
@@ -238,7 +213,7 @@ def run_comparison(config: ComparisonConfig, grid: Sequence[Cell] | None = None)
 
 def _check_teachers(config: ComparisonConfig, cells: Sequence[Cell]) -> None:
     """Refuses, before any work, task-distilled cells with neither their teacher's cached logits nor its fine-tuned
-    model, unless the teacher runs before them in this call (one cell at a time: with `--jobs` it comes too late)."""
+    model, unless the teacher runs before them in this call (not with `--jobs`)."""
     for position, cell in enumerate(cells):
         layout = CellLayout(config, cell)
         runs_before = config.jobs == 1 and cell.teacher in [other.name for other in cells[:position]]
@@ -258,8 +233,8 @@ def _check_teachers(config: ComparisonConfig, cells: Sequence[Cell]) -> None:
 def _run_in_parallel(
     config: ComparisonConfig, grid: Sequence[Cell], cells: Sequence[Cell], manifest: Mapping, test_sets, source: Path
 ) -> list[str]:
-    """`--jobs`: converts the cells' models one at a time, runs the cells as parallel processes (`parallel`), then
-    writes the results files of every trained cell and the report. Returns the names of the cells that failed."""
+    """`--jobs`: converts the models one at a time, runs the cells as parallel processes, then writes the results
+    files and the report. Returns the names of the cells that failed."""
     if config.in_process:
         raise ValueError("--jobs runs each cell as its own process: it cannot be combined with --in_process.")
     failed, ready = [], []
@@ -280,22 +255,19 @@ def _run_in_parallel(
 
 
 def write_grid_report(config: ComparisonConfig, grid: Sequence[Cell] | None = None) -> dict:
-    """The report of `config.grid`: the comparison's (`write_report`), the recipe choice's (`write_recipe_report`) or
-    the distillation comparison's Stage A or B (`write_stage_a_report`, `write_stage_b_report`)."""
+    """The report of `config.grid`."""
     if config.grid in RECIPE_GRIDS:
         return write_recipe_report(config)
     if config.grid == "distilled_table4":
         return write_stage_a_report(config)
     if config.grid == "distilled_long":
         return write_stage_b_report(config)
-    if config.grid in ADAPTED_BASELINES and config.baseline == BASELINE:
-        config = replace(config, baseline=ADAPTED_BASELINES[config.grid])
     return write_report(config, grid_cells(config) if grid is None else grid)
 
 
 def _update_questions_file(config: ComparisonConfig, questions: Mapping[str, dict]) -> None:
-    """`questions.json` in the results folder: per set, the question ids and their article, which `scores.json` of
-    every cell follows (its first len(scores) questions)."""
+    """`questions.json` in the results folder: per set, the question ids and their articles that every cell's
+    `scores.json` follows."""
     path = Path(config.results_dir) / "questions.json"
     stored = read_json(path) or {}
     wanted = {
@@ -373,8 +345,7 @@ def _epoch_evaluations(metrics_file: Path) -> list[dict]:
 
 
 def _trained_precision(attempts: Sequence[Mapping], config: ComparisonConfig) -> str:
-    """The --mixed_precision the training attempts ran with (several values joined by "+"; the configured one before
-    any attempt): a cell trained earlier keeps its own, whatever the current run's setting."""
+    """The --mixed_precision the training attempts ran with ("+"-joined; the configured one before any attempt)."""
     used = []
     for attempt in attempts:
         words = shlex.split(attempt["command"])
@@ -384,19 +355,15 @@ def _trained_precision(attempts: Sequence[Mapping], config: ComparisonConfig) ->
     return "+".join(used) or config.mixed_precision
 
 
-def _adapted_source(config: ComparisonConfig, cell: Cell, source: Path) -> dict:
-    """An adapted or distilled cell's starting weights: the adaptation run's final model or the distilled encoder (its
-    sha256 and the attention fields the cell changed), and the source the chain converted."""
-    record = read_json(CellLayout(config, cell).model / ADAPTED_FILE) or planned_record(cell)
-    if "distilled" in record:
-        return {**record, "distilled_from": record.pop("distilled"), "converted_from": recorded_path(source)}
-    return {**record, "adapted_from": record.pop("run"), "converted_from": recorded_path(source)}
+def _distilled_source(config: ComparisonConfig, cell: Cell, source: Path) -> dict:
+    """A distilled cell's starting weights: the distilled encoder (its sha256 and the attention fields the cell
+    changed), and the source it was converted from."""
+    record = read_json(CellLayout(config, cell).model / STARTING_MODEL_FILE) or planned_record(cell)
+    return {**record, "distilled_from": record.pop("distilled"), "converted_from": recorded_path(source)}
 
 
 def _source_model(source: Path, conversion: Mapping) -> dict:
-    """The starting weights: what they are (`recorded_path`: an installed package by its name and version), their
-    sha256 and the sequence length they were trained on (from the conversion report: a cell with a longer N reads
-    position rows the source never trained)."""
+    """The starting weights: what they are, their sha256 and the sequence length they were trained on."""
     recorded = {"path": recorded_path(source)}
     if (source / "model.safetensors").is_file():
         recorded["sha256"] = sha256_of_file(source / "model.safetensors")
@@ -406,10 +373,10 @@ def _source_model(source: Path, conversion: Mapping) -> dict:
 
 
 def _model_command(config: ComparisonConfig, cell: Cell, source: Path, names: Mapping[str, Path]) -> str:
-    """How the cell's starting model was made: its conversion, or the copy of its adapted model."""
-    if cell.adapted_from or cell.distilled_from:
-        record = read_json(CellLayout(config, cell).model / ADAPTED_FILE) or planned_record(cell)
-        return adapted_command(record, recorded_command([str(CellLayout(config, cell).model)], names))
+    """How the cell's starting model was made: its conversion, or the copy of its distilled encoder."""
+    if cell.distilled_from:
+        record = read_json(CellLayout(config, cell).model / STARTING_MODEL_FILE) or planned_record(cell)
+        return copy_command(record, recorded_command([str(CellLayout(config, cell).model)], names))
     return command_line("convert_roberta_to_blockbert.py", convert_args(config, cell, source), names)
 
 
@@ -462,8 +429,8 @@ def write_cell_results(
             "max_train_samples": recipe.max_train_samples,
             "max_eval_samples": config.max_eval_samples,
         },
-        "source_model": _adapted_source(config, cell, source)
-        if cell.adapted_from or cell.distilled_from
+        "source_model": _distilled_source(config, cell, source)
+        if cell.distilled_from
         else _source_model(source, conversion),
         "train": {
             "finished": is_saved_model(layout.trained_model),

@@ -1,7 +1,5 @@
-"""Per-question SQuAD scores and the statistics of the report: the paired bootstrap that resamples articles, the
-t-interval over per-seed differences (and the wider of the two, as `docs/long_document_decision_rule.md` fixes it), the
-ratio of two scores with its article-bootstrap interval, and the differences between cells (to the baseline, between
-seeds, to sliding windows) with their intervals."""
+"""Per-question SQuAD scores and the report's statistics: article-bootstrap and per-seed t-intervals (the wider counts,
+docs/long_document_decision_rule.md) of the differences between cells."""
 
 import hashlib
 import json
@@ -81,9 +79,8 @@ def paired_article_bootstrap(
     seed: int = 0,
     confidence: float = 0.95,
 ) -> dict:
-    """The mean of `scores - baseline` over the questions (paired: the same questions, in the same order) and its
-    `confidence` interval from a bootstrap that resamples whole articles with replacement: questions of one article
-    are not independent, so resampling them one by one would give intervals that are too narrow."""
+    """The mean of `scores - baseline` (the same questions, in order) with its `confidence` interval from a bootstrap
+    of whole articles: questions of one article are not independent."""
     differences = np.asarray(scores, dtype=float) - np.asarray(baseline, dtype=float)
     count, (totals, questions) = _article_resamples([differences, np.ones_like(differences)], articles, samples, seed)
     low, high = _percentiles(totals / questions, confidence)
@@ -115,9 +112,8 @@ def article_bootstrap_ratio(
 
 
 def seed_t_interval(differences: Sequence[float], confidence: float = 0.95) -> dict | None:
-    """The `confidence` t-interval of the mean of per-seed differences (seed i of one cell minus seed i of the other):
-    the variation between fine-tuning seeds, which a bootstrap of seed-averaged scores over articles does not see.
-    None with fewer than two seeds."""
+    """The `confidence` t-interval of the mean of per-seed differences: the variation between fine-tuning seeds, which
+    the article bootstrap does not see. None with fewer than two seeds."""
     seeds = len(differences)
     if seeds < 2:
         return None
@@ -129,9 +125,8 @@ def seed_t_interval(differences: Sequence[float], confidence: float = 0.95) -> d
 
 
 def wider_interval(bootstrap: Mapping, t_interval: Mapping | None) -> dict:
-    """The interval of `docs/long_document_decision_rule.md`: the wider of the paired article bootstrap and the
-    t-interval over per-seed differences (the bootstrap alone with one seed), with its half-width, the smallest
-    effect it can detect."""
+    """The wider of the article bootstrap and the t-interval over seeds, with its half-width (the smallest detectable
+    effect)."""
     chosen, source = bootstrap, "article bootstrap"
     if t_interval is not None and t_interval["high"] - t_interval["low"] > bootstrap["high"] - bootstrap["low"]:
         chosen, source = t_interval, "t over seeds"
@@ -204,9 +199,8 @@ def seed_pairs(results: Mapping[str, dict]) -> list[tuple[str, str]]:
 
 
 def same_seed_pairs(results: Mapping[str, dict], baseline: str) -> list[tuple[str, str]]:
-    """Each cell with another seed than the baseline's, paired with the baseline's configuration at its seed: the
-    fine-tuning seed fixes the QA head's initialisation and the data order, so this repeats the comparison with the
-    baseline at one more seed instead of mixing the two seeds' difference into it."""
+    """Each cell with another seed than the baseline's, paired with the baseline's configuration at its seed (the
+    comparison at one more seed, without the seeds' own difference)."""
     if baseline not in results:
         return []
     reference = configuration_key(results, baseline)
@@ -229,9 +223,8 @@ def _pairs_with(results: Mapping[str, dict], key, is_reference, is_candidate, al
 
 
 def equal_window_pairs(results: Mapping[str, dict], already: Sequence[tuple[str, str]] = ()) -> list[tuple[str, str]]:
-    """Each cell that is not full attention, paired with the full-attention cell of its N, seed and training set
-    (same windows, same position rows, no blocks): at N above the baseline's this is the comparison that isolates the
-    attention pattern. Pairs in `already` (reported elsewhere) are left out."""
+    """Each cell that is not full attention, paired with the full-attention cell of its N, seed and training set (the
+    attention pattern alone); pairs in `already` left out."""
     return _pairs_with(
         results,
         lambda cell: (cell["max_seq_length"], cell["seed"], cell["train_set"]),
@@ -242,9 +235,8 @@ def equal_window_pairs(results: Mapping[str, dict], already: Sequence[tuple[str,
 
 
 def sliding_window_pairs(results: Mapping[str, dict], already: Sequence[tuple[str, str]] = ()) -> list[tuple[str, str]]:
-    """Each cell above N = 512 paired with the full-attention N = 512 cell of its training set and seed: reading N
-    tokens at once against sliding windows of 512 over the same documents, trained on the same data (the long-document
-    arm's comparison). Pairs in `already` (reported elsewhere) are left out."""
+    """Each cell above N = 512 paired with the full-attention N = 512 cell of its training set and seed (sliding
+    windows of 512); pairs in `already` left out."""
     return _pairs_with(
         results,
         lambda cell: (cell["train_set"], cell["seed"]),
@@ -297,10 +289,8 @@ def seed_averaged_difference(
     test_set: str,
 ) -> dict | None:
     """One configuration's cells (`by_seed`) against another's (`reference`) on `test_set`, averaged over the seeds
-    both have (per question, the mean over those seeds of the F1 difference at the same seed): the paired
-    article-bootstrap interval (`f1`), the t-interval over the per-seed differences (two seeds or more), the wider of
-    the two with the smallest effect it can detect, the seed-averaged F1 minus each reference seed's, each side's seed
-    spread and the verdict of `seed_averaged_verdicts`. None where no seed pairs up on the same questions."""
+    both have: both intervals and the wider, the difference to each reference seed, both seed spreads and the
+    verdict. None where no seed pairs up on the same questions."""
     seeds = sorted(set(by_seed) & set(reference))
     if not seeds or not all(_comparable(results, by_seed[seed], reference[seed], test_set) for seed in seeds):
         return None
@@ -343,10 +333,7 @@ def seed_averaged_verdicts(
     config: ComparisonConfig, results: Mapping[str, dict], questions: Mapping[str, dict], baseline: str
 ) -> dict:
     """Each configuration against the baseline's (`seed_averaged_difference`, on every set), keyed by the
-    configuration's first cell. The verdict reads the bootstrap interval and the seed spreads (the largest gap between
-    the mean F1 of two seeds of one side; unknown with one seed): *resolved* where the interval excludes zero and the
-    gap exceeds every known spread of the two; else *smaller than the interval* (it includes zero), *within the seed
-    spread*, or *no seed spread yet* (one seed on both sides)."""
+    configuration's first cell; the verdict rule is the README's."""
     if baseline not in results:
         return {}
     found = configurations(results)
@@ -356,31 +343,24 @@ def seed_averaged_verdicts(
 
 def long_arm_verdicts(config: ComparisonConfig, results: Mapping[str, dict], questions: Mapping[str, dict]) -> dict:
     """Each configuration above N = 512 against sliding windows of 512 (the full-attention N = 512 configuration
-    trained on the same data, from converted or adapted weights as it is), as `seed_averaged_verdicts` gives them
-    (`seed_spread["baseline"]` is then the sliding windows')."""
+    trained on the same data), as `seed_averaged_verdicts` gives them (`seed_spread["baseline"]`: the sliding
+    windows')."""
     found = configurations(results)
 
     def first(cells: Mapping[int, str]) -> dict:
         return results[cells[min(cells)]]["cell"]
 
-    def data(cell: Mapping) -> tuple:
-        return cell["train_set"], bool(cell.get("adapted_from"))
-
     windows_512 = {
-        data(first(cells)): cells
+        first(cells)["train_set"]: cells
         for cells in found.values()
         if first(cells)["attention_pattern"] == "full" and first(cells)["max_seq_length"] == 512
     }
-    return _against(
-        config,
-        results,
-        questions,
-        {
-            key: windows_512[data(first(cells))]
-            for key, cells in found.items()
-            if first(cells)["max_seq_length"] > 512 and data(first(cells)) in windows_512
-        },
-    )
+    references = {
+        key: windows_512[first(cells)["train_set"]]
+        for key, cells in found.items()
+        if first(cells)["max_seq_length"] > 512 and first(cells)["train_set"] in windows_512
+    }
+    return _against(config, results, questions, references)
 
 
 def _against(
@@ -409,12 +389,8 @@ WHOLE_ARTICLES, OWN_PARAGRAPHS = "article", "paragraph"  # a long document as co
 
 
 def whole_article_scores(config: ComparisonConfig, results: Mapping[str, dict], questions: Mapping[str, dict]) -> dict:
-    """For each cell that scored whole articles and paragraphs (each scored whole-article question among its scored
-    paragraph questions): under each window scoring rule, the whole-article F1, the paragraph F1 of the same questions
-    and their ratio (what is lost by reading the whole article instead of the right paragraph) with its
-    article-bootstrap interval, and the difference
-    between the rules over whole articles with its paired article-bootstrap interval (the same logits, scored twice).
-    A cell scores the first questions of a set where its evaluation was capped (`--max_eval_samples`)."""
+    """For each cell that scored the same questions over whole articles and over their paragraphs: per window scoring
+    rule, both F1 and their ratio with its interval, and the difference between the rules over whole articles."""
     if WHOLE_ARTICLES not in questions or OWN_PARAGRAPHS not in questions:
         return {}
     position = {question: index for index, question in enumerate(questions[OWN_PARAGRAPHS]["ids"])}

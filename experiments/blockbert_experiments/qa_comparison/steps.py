@@ -1,6 +1,5 @@
-"""The steps of a cell: the arguments of the repository's scripts (`examples/convert_roberta_to_blockbert.py`,
-`examples/run_qa.py`), the command lines as they run and as the results record them, and `run_step`, which runs one as
-a fresh process with its own peak memory (or in this process for tests)."""
+"""A cell's steps: the arguments of `examples/convert_roberta_to_blockbert.py` and `examples/run_qa.py`, their command
+lines, and `run_step`, which runs one as a fresh process with its own peak memory (or in this process for tests)."""
 
 import importlib.util
 import logging
