@@ -12,7 +12,6 @@ are skipped and interrupted ones resume (`--stop_after_step K` slices a run; --d
 status: 0 done, 1 a step failed, 2 bad options.
 """
 
-import importlib.util
 import json
 import math
 import os
@@ -27,6 +26,7 @@ from pathlib import Path
 from transformers import HfArgumentParser
 
 from blockbert_benchmarks.measuring.machine import machine_description, recorded_command
+from blockbert_experiments import option, run_example_in_process
 from blockbert_experiments.minilm import installed_minilm
 from blockbert_hf.saving import write_file_atomically, write_json_atomically
 from blockbert_hf.train.pretraining import FINAL_MODEL_DIR, RESULTS_FILE, list_checkpoints
@@ -94,37 +94,32 @@ RUN_NAMES = (REFERENCE, *(pattern.name for pattern in PATTERNS))
 class AdaptationArguments:
     train_files: list[str] = field(metadata={"help": "training text, e.g. the adaptation corpus's train/*.jsonl.gz"})
     validation_files: list[str] = field(metadata={"help": "held-out text, e.g. held_out/wikitext2_test.jsonl.gz"})
-    output_dir: str = field(default="outputs/adaptation", metadata={"help": "converted/, runs/RUN/, results"})
-    source_model: str | None = field(
-        default=None, metadata={"help": "BERT/RoBERTa folder to convert (default: the installed all-MiniLM-L6-v2)"}
-    )
-    document_boundary: str = field(default="file", metadata={"help": "as run_mlm.py's (the corpus's: file)"})
+    output_dir: str = option("outputs/adaptation", "converted/, runs/RUN/, results")
+    source_model: str | None = option(None, "BERT/RoBERTa folder to convert (default: the installed all-MiniLM-L6-v2)")
+    document_boundary: str = option("file", "as run_mlm.py's (the corpus's: file)")
     runs: list[str] = field(default_factory=lambda: list(RUN_NAMES), metadata={"help": f"some of {RUN_NAMES}"})
-    reference_tokens: int = field(default=2_000_000, metadata={"help": "the head-only run's budget, B x N tokens"})
-    adaptation_tokens: int = field(default=5_000_000, metadata={"help": "each pattern run's budget, B x N tokens"})
-    tokens_per_batch: int = field(default=32768, metadata={"help": "B x N per optimizer step, for every run"})
-    tokens_per_micro_batch: int = field(
-        default=8192, metadata={"help": "sequences per forward pass x N (per_device_train_batch_size = this / N)"}
+    reference_tokens: int = option(2_000_000, "the head-only run's budget, B x N tokens")
+    adaptation_tokens: int = option(5_000_000, "each pattern run's budget, B x N tokens")
+    tokens_per_batch: int = option(32768, "B x N per optimizer step, for every run")
+    tokens_per_micro_batch: int = option(
+        8192, "sequences per forward pass x N (per_device_train_batch_size = this / N)"
     )
-    reference_learning_rate: float = field(default=1e-3, metadata={"help": "peak rate of the head-only run"})
-    learning_rate: float = field(default=1e-4, metadata={"help": "peak rate of the pattern runs"})
-    dropout: float = field(default=0.1, metadata={"help": "hidden and attention dropout of the pattern runs"})
-    train_word_embeddings: bool = field(
-        default=False, metadata={"help": "let the pattern runs train the word embeddings (and the tied decoder)"}
-    )
-    evaluations: int = field(default=10, metadata={"help": "held-out evaluations per run (and one before it)"})
-    checkpointing_steps: int | None = field(default=None, metadata={"help": "default: at every evaluation"})
-    max_eval_sequences: int | None = field(default=None, metadata={"help": "default: the whole held-out text"})
-    mixed_precision: str = field(default="no", metadata={"help": "no | fp16 | bf16 (bf16 on a recent GPU)"})
+    reference_learning_rate: float = option(1e-3, "peak rate of the head-only run")
+    learning_rate: float = option(1e-4, "peak rate of the pattern runs")
+    dropout: float = option(0.1, "hidden and attention dropout of the pattern runs")
+    train_word_embeddings: bool = option(False, "let the pattern runs train the word embeddings (and the tied decoder)")
+    evaluations: int = option(10, "held-out evaluations per run (and one before it)")
+    checkpointing_steps: int | None = option(None, "default: at every evaluation")
+    max_eval_sequences: int | None = option(None, "default: the whole held-out text")
+    mixed_precision: str = option("no", "no | fp16 | bf16 (bf16 on a recent GPU)")
     seed: int = 0
-    stop_after_step: int | None = field(
-        default=None,
-        metadata={"help": "with one run in --runs: stop it after this step (a checkpoint) to resume later"},
+    stop_after_step: int | None = option(
+        None, "with one run in --runs: stop it after this step (a checkpoint) to resume later"
     )
-    launcher: str = field(default=DEFAULT_LAUNCHER, metadata={"help": "command that starts examples/run_mlm.py"})
-    threads: int | None = field(default=None, metadata={"help": "OMP_NUM_THREADS of each run (CPU)"})
-    in_process: bool = field(default=False, metadata={"help": "call the scripts' main() here (tests)"})
-    dry_run: bool = field(default=False, metadata={"help": "print the commands of the steps left, run nothing"})
+    launcher: str = option(DEFAULT_LAUNCHER, "command that starts examples/run_mlm.py")
+    threads: int | None = option(None, "OMP_NUM_THREADS of each run (CPU)")
+    in_process: bool = option(False, "call the scripts' main() here (tests)")
+    dry_run: bool = option(False, "print the commands of the steps left, run nothing")
 
     def __post_init__(self):
         unknown = sorted(set(self.runs) - set(RUN_NAMES))
@@ -234,14 +229,6 @@ def run_mlm_args(args: AdaptationArguments, name: str) -> list[str]:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def _load_script(script: str):
-    path = REPO_ROOT / "examples" / script
-    spec = importlib.util.spec_from_file_location(f"adaptation_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def launch_words(args: AdaptationArguments, script: str, script_args: Sequence[str]) -> list[str]:
     """The command line of a step as it is recorded: the converter with python, run_mlm.py with the launcher."""
     prefix = shlex.split(args.launcher) if script == "run_mlm.py" else ["python"]
@@ -269,10 +256,7 @@ def run_step(args: AdaptationArguments, label: str, script: str, script_args: li
     print(f"{label}: {shlex.join(words)}", flush=True)
     started = time.perf_counter()
     if args.in_process:
-        try:
-            returncode = _load_script(script).main(script_args) or 0
-        except SystemExit as error:
-            returncode = error.code if isinstance(error.code, int) else 1
+        returncode = run_example_in_process(script, script_args)
     else:
         environment = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
         if args.threads:

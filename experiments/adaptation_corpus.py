@@ -18,6 +18,7 @@ from pathlib import Path
 from transformers import AutoTokenizer, HfArgumentParser, PreTrainedTokenizerBase
 
 from blockbert_benchmarks.measuring.machine import recorded_path
+from blockbert_experiments import option
 from blockbert_experiments.long_context import DEFAULT_DEV_TITLES, hold_out_dev_articles, read_article_halves
 from blockbert_experiments.minilm import installed_minilm
 from blockbert_hf.saving import atomic_directory, sha256_of_file, write_json_atomically
@@ -51,10 +52,8 @@ class CorpusArguments:
             "squad/dev-v1.1.json.gz"
         }
     )
-    output_dir: str = field(default="outputs/adaptation_corpus", metadata={"help": "train/, held_out/, manifest"})
-    tokenizer: str | None = field(
-        default=None, metadata={"help": "tokenizer folder the manifest counts in (default: the installed MiniLM's)"}
-    )
+    output_dir: str = option("outputs/adaptation_corpus", "train/, held_out/, manifest")
+    tokenizer: str | None = option(None, "tokenizer folder the manifest counts in (default: the installed MiniLM's)")
     dev_titles: list[str] = field(
         default_factory=lambda: list(DEFAULT_DEV_TITLES),
         metadata={
@@ -62,7 +61,7 @@ class CorpusArguments:
             "article, Sky_(United_Kingdom), to keep it unseen)"
         },
     )
-    overwrite: bool = field(default=False, metadata={"help": "replace an existing output_dir"})
+    overwrite: bool = option(False, "replace an existing output_dir")
 
 
 def source_paths(data_dir: str | Path) -> dict[str, list[Path]]:

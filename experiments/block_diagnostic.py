@@ -17,6 +17,7 @@ from typing import Literal
 import torch
 from transformers import AutoModelForMaskedLM, AutoTokenizer, HfArgumentParser
 
+from blockbert_experiments import option
 from blockbert_hf.saving import write_json_atomically
 from blockbert_hf.train.pretraining import VALIDATION_SEED, MaskingCollator, read_documents, tokenize_and_pack
 from blockbert_hf.train.runs import HelpFormatter
@@ -86,10 +87,8 @@ def block_context_diagnostic(
     batch_size: int = 8,
     mlm_probability: float = 0.15,
 ) -> dict:
-    """The MLM loss of block 1's masked tokens with the true block 0 and with another sequence's block 0, their
-    difference (shuffled minus true) and its standard error over sequences (a ratio estimate: sequences hold unequal
-    numbers of masked tokens). `sequences`: rows with `input_ids` (all of one length N, at least 2 blocks), `document`
-    and `sequence_id`, e.g. from `full_sequences`."""
+    """The MLM loss of block 1's masked tokens with the true block 0 and with another sequence's, their difference and
+    its standard error over sequences (a ratio estimate). `sequences`: rows as `full_sequences` gives them."""
     if len(sequences) < 2:
         raise ValueError(f"The diagnostic needs at least 2 full held-out sequences (it has {len(sequences)}).")
     lengths = {len(row["input_ids"]) for row in sequences}
@@ -131,14 +130,14 @@ def block_context_diagnostic(
 class DiagnosticArguments:
     model_path: str = field(metadata={"help": "a saved BlockBertForMaskedLM folder with its tokenizer"})
     validation_files: list[str] = field(metadata={"help": "held-out .txt(.gz) / .jsonl(.gz) files"})
-    document_boundary: Literal["file", "blank_line", "heading"] = field(
-        default="file", metadata={"help": "where a document ends, as in run_mlm.py"}
+    document_boundary: Literal["file", "blank_line", "heading"] = option(
+        "file", "where a document ends, as in run_mlm.py"
     )
-    max_sequences: int | None = field(default=256, metadata={"help": "the first K full held-out sequences"})
-    block_size: int | None = field(default=None, metadata={"help": "b (default: the model's, or N / 2)"})
+    max_sequences: int | None = option(256, "the first K full held-out sequences")
+    block_size: int | None = option(None, "b (default: the model's, or N / 2)")
     batch_size: int = 8
-    threads: int | None = field(default=None, metadata={"help": "torch CPU threads (default: torch's)"})
-    output_file: str | None = field(default=None, metadata={"help": "write the result here as JSON"})
+    threads: int | None = option(None, "torch CPU threads (default: torch's)")
+    output_file: str | None = option(None, "write the result here as JSON")
 
 
 def build_parser() -> HfArgumentParser:

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
 
+from blockbert_experiments import option
+
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported: everything read is local
 
@@ -32,7 +34,7 @@ class BuildArguments:
     )
     tokenizer: str = field(metadata={"help": "Tokenizer folder of the model: lengths are counted in its tokens."})
     output_dir: str = field(metadata={"help": "Folder to write the sets into (written atomically)."})
-    overwrite_output_dir: bool = field(default=False, metadata={"help": "Replace an existing output folder."})
+    overwrite_output_dir: bool = option(False, "Replace an existing output folder.")
 
 
 def build_parser() -> HfArgumentParser:

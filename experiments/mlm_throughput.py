@@ -19,6 +19,7 @@ from pathlib import Path
 from transformers import HfArgumentParser
 
 from blockbert_benchmarks.measuring.machine import machine_description, recorded_path
+from blockbert_experiments import option
 from blockbert_hf.train.runs import HelpFormatter
 
 
@@ -83,9 +84,9 @@ class ThroughputArguments:
     run_dir: str = field(metadata={"help": "output folder of a run_mlm.py run logged with --logging_steps 1"})
     output: str = field(metadata={"help": "JSON file to write"})
     command: str = field(metadata={"help": "the command line that ran it, recorded as given"})
-    warmup_steps: int = field(default=1, metadata={"help": "first logged steps left out of the speed"})
-    corpus_tokens: int | None = field(default=None, metadata={"help": "also give the hours per epoch of this many"})
-    conditions: str = field(default="", metadata={"help": "what else ran on the machine meanwhile (recorded as given)"})
+    warmup_steps: int = option(1, "first logged steps left out of the speed")
+    corpus_tokens: int | None = option(None, "also give the hours per epoch of this many")
+    conditions: str = option("", "what else ran on the machine meanwhile (recorded as given)")
 
 
 def build_parser() -> HfArgumentParser:

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 from transformers import HfArgumentParser
 
+from blockbert_experiments import option
 from blockbert_hf.model.configuration_blockbert import BlockBertConfig, parse_heads_per_shift
 from blockbert_hf.model.modeling_blockbert import BlockBertModel, blockwise_attentions_to_dense
 from blockbert_hf.saving import write_file_atomically
@@ -49,11 +50,8 @@ def _tiny_config(heads_per_shift: list[int], sequence_length: int) -> BlockBertC
 
 
 def blockwise_attention_mask(heads_per_shift: str | list[int], sequence_length: int = 24) -> torch.Tensor:
-    """`(heads, sequence_length, sequence_length)` boolean mask, True where the query (row) attends the key (column),
-    for a BlockBERT with `n = len(heads_per_shift)` blocks over `N = sequence_length` tokens (no padding).
-
-    It is read off a one-layer model run with the eager kernel and `output_attentions=True`: a pair counts as attended
-    when its attention probability is nonzero (with random weights every softmax entry is positive)."""
+    """`(heads, N, N)` boolean mask, True where the query (row) attends the key (column), read off a one-layer model's
+    eager attention probabilities (nonzero: attended; with random weights every softmax entry is positive)."""
     counts = parse_heads_per_shift(heads_per_shift)
     if len(counts) < 1 or any(count < 0 for count in counts) or sum(counts) < 1:
         raise ValueError(
@@ -158,8 +156,8 @@ class PlotArguments:
         default_factory=lambda: ["10:2", "8:2:2"],
         metadata={"help": "one figure per head split, in the paper's notation (n = number of counts)"},
     )
-    sequence_length: int = field(default=24, metadata={"help": "tokens shown (N of the tiny model drawn)"})
-    output_dir: str = field(default="docs/figures", metadata={"help": "where the PNG files go"})
+    sequence_length: int = option(24, "tokens shown (N of the tiny model drawn)")
+    output_dir: str = option("docs/figures", "where the PNG files go")
 
 
 def build_parser() -> HfArgumentParser:

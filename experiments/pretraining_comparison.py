@@ -22,6 +22,7 @@ from pathlib import Path
 
 from transformers import HfArgumentParser
 
+from blockbert_experiments import option
 from blockbert_hf.saving import write_file_atomically, write_json_atomically
 from blockbert_hf.train.pretraining import (
     RESULTS_FILE,
@@ -58,19 +59,19 @@ class ComparisonArguments:
     validation_files: list[str] = field(
         metadata={"help": "held-out text, e.g. WikiText-2 test, raw (CC BY-SA 3.0): path/to/wiki.test.raw.gz"}
     )
-    output_dir: str = field(default="outputs/pretraining-comparison", metadata={"help": "tokenizer/, RUN/, table"})
-    vocab_size: int = field(default=8192, metadata={"help": "of the byte-level BPE tokenizer all runs share"})
+    output_dir: str = option("outputs/pretraining-comparison", "tokenizer/, RUN/, table")
+    vocab_size: int = option(8192, "of the byte-level BPE tokenizer all runs share")
     max_seq_length: int = 512
-    max_train_tokens: int = field(default=6_291_456, metadata={"help": "the equal budget, B x N tokens"})
+    max_train_tokens: int = option(6_291_456, "the equal budget, B x N tokens")
     tokens_per_batch: int = 2048
     learning_rate: float = 5e-4
     max_eval_sequences: int = 256
     eval_steps: int = 512
     runs: list[str] = field(default_factory=lambda: list(RUNS), metadata={"help": f"some of {', '.join(RUNS)}"})
-    launcher: str = field(default=DEFAULT_LAUNCHER, metadata={"help": "command that starts examples/run_mlm.py"})
-    extra_args: str = field(default="", metadata={"help": "more run_mlm.py options for every run (they win)"})
-    dry_run: bool = field(default=False, metadata={"help": "print the commands only"})
-    overwrite_output_dir: bool = field(default=False, metadata={"help": "start over: delete the earlier outputs"})
+    launcher: str = option(DEFAULT_LAUNCHER, "command that starts examples/run_mlm.py")
+    extra_args: str = option("", "more run_mlm.py options for every run (they win)")
+    dry_run: bool = option(False, "print the commands only")
+    overwrite_output_dir: bool = option(False, "start over: delete the earlier outputs")
 
     def __post_init__(self):
         unknown = sorted(set(self.runs) - set(RUNS))

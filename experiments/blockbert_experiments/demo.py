@@ -16,7 +16,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import datasets
@@ -38,6 +38,7 @@ from blockbert_hf.saving import check_output_keeps_inputs, sha256_of_file, write
 from blockbert_hf.train.qa import read_squad_json
 from blockbert_hf.train.runs import METRICS_FILE, RUN_ARGS_FILE, HelpFormatter, cpu_has_native_bf16, read_metrics
 
+from . import option
 from .context_filling import make_example, read_articles
 from .minilm import MINILM_VARIABLE, installed_minilm
 
@@ -78,11 +79,8 @@ def write_training_file(
     paragraph_questions: bool = False,
     paragraph_negative_rate: float = 0.0,
 ) -> dict:
-    """Writes a SQuAD file of the articles other than `held_out_title` (the first `max_articles`): a seeded choice of
-    `max_questions` questions over their whole article (windows of several blocks, as the pipeline reads a long
-    document); with `paragraph_questions`, the others over their own paragraph (cheap inputs: many more questions in
-    the same time), each also, at `paragraph_negative_rate`, over another paragraph without answer (null). Returns
-    what it holds."""
+    """Writes a SQuAD file of the articles but `held_out_title`: `max_questions` (seeded) over their whole article,
+    with `paragraph_questions` the others over their own paragraph (cheap), some also over another one (null)."""
     articles = [article for article in read_articles(squad_file) if article.title != held_out_title]
     articles = articles[:max_articles] if max_articles is not None else articles
     if not articles:
@@ -241,9 +239,8 @@ def _label(config) -> str:
 
 
 def with_running_positions(model: BlockBertForQuestionAnswering) -> BlockBertForQuestionAnswering:
-    """`model`, or where its positions restart at every block, a copy (same weights) whose positions run on through N
-    over rows repeating the trained ones: how full attention (one block) reads N tokens; blockwise variants compute
-    the same."""
+    """`model`, or where its positions restart at every block, a copy whose positions run on through N (repeating
+    the trained rows): how full attention reads N tokens; blockwise variants compute the same."""
     config = model.config
     if not config.block_relative_positions:
         return model
@@ -351,37 +348,33 @@ def format_report(results: Mapping) -> str:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def _option(default, help_text: str):
-    return field(default=default, metadata={"help": help_text})  # the shorthand keeps each option on one line
-
-
 @dataclass
 class DemoArguments:
-    output_dir: str = _option("outputs/demo", "everything the demo makes (replaced by a rerun)")
-    source_model: str | None = _option(None, "BERT/RoBERTa folder to start from (default: all-MiniLM-L6-v2)")
-    train_file: str = _option(
+    output_dir: str = option("outputs/demo", "everything the demo makes (replaced by a rerun)")
+    source_model: str | None = option(None, "BERT/RoBERTa folder to start from (default: all-MiniLM-L6-v2)")
+    train_file: str = option(
         str(SAMPLES / "squad_v1.1_dev_train_articles.json.gz"),
         "SQuAD-format file to fine-tune on (the held-out article is left out)",
     )
-    held_out_file: str = _option(str(SAMPLES / "squad_v1.1_dev_sample.json"), "SQuAD file with the held-out article")
-    held_out_title: str = _option("Sky_(United_Kingdom)", "the held-out article's title")
-    max_seq_length: int = _option(1024, "N of the converted model")
-    num_blocks: int = _option(2, "n of the converted model")
-    heads_per_shift: str = _option("10:2", "heads per shift of the converted model")
-    block_relative_positions: bool = _option(True, "positions restart at every block (else they run on through N)")
-    window_layout: str = _option("question_prefixed_blocks", "question_prefixed_blocks or question_first")
-    train_window: int = _option(640, "tokens per training window: more than (n - 1) blocks")
-    negative_window_rate: float = _option(0.1, "share of the training windows without the answer kept (null)")
+    held_out_file: str = option(str(SAMPLES / "squad_v1.1_dev_sample.json"), "SQuAD file with the held-out article")
+    held_out_title: str = option("Sky_(United_Kingdom)", "the held-out article's title")
+    max_seq_length: int = option(1024, "N of the converted model")
+    num_blocks: int = option(2, "n of the converted model")
+    heads_per_shift: str = option("10:2", "heads per shift of the converted model")
+    block_relative_positions: bool = option(True, "positions restart at every block (else they run on through N)")
+    window_layout: str = option("question_prefixed_blocks", "question_prefixed_blocks or question_first")
+    train_window: int = option(640, "tokens per training window: more than (n - 1) blocks")
+    negative_window_rate: float = option(0.1, "share of the training windows without the answer kept (null)")
     num_train_epochs: float = 2.0
     learning_rate: float = 2e-4
     per_device_train_batch_size: int = 8
-    mixed_precision: str = _option("auto", "auto (bf16 where the CPU computes it natively, else fp32), no or bf16")
-    max_train_articles: int | None = _option(None, "train on the first K articles only")
-    max_train_questions: int | None = _option(100, "K questions (seeded) read over their whole article (0: all)")
-    paragraph_questions: bool = _option(True, "also train on the other questions, each over its own paragraph")
-    paragraph_negative_rate: float = _option(0.25, "share of those also read over another paragraph, no answer (null)")
-    max_document_questions: int = _option(0, "held-out questions answered over the whole article (0: all of them)")
-    timing_rounds: int = _option(5, "interleaved rounds of the full-vs-blockwise timing")
+    mixed_precision: str = option("auto", "auto (bf16 where the CPU computes it natively, else fp32), no or bf16")
+    max_train_articles: int | None = option(None, "train on the first K articles only")
+    max_train_questions: int | None = option(100, "K questions (seeded) read over their whole article (0: all)")
+    paragraph_questions: bool = option(True, "also train on the other questions, each over its own paragraph")
+    paragraph_negative_rate: float = option(0.25, "share of those also read over another paragraph, no answer (null)")
+    max_document_questions: int = option(0, "held-out questions answered over the whole article (0: all of them)")
+    timing_rounds: int = option(5, "interleaved rounds of the full-vs-blockwise timing")
     seed: int = 0
 
 
@@ -431,55 +424,39 @@ def check_options(args: DemoArguments) -> None:
             value = getattr(args, name)
             if not allowed(value):
                 raise ValueError(f"--{name} must be {rule}, got {f'{value:g}' if isinstance(value, float) else value}.")
-    for option, parse in (("heads_per_shift", parse_heads_per_shift), ("window_layout", check_window_layout)):
+    for name, parse in (("heads_per_shift", parse_heads_per_shift), ("window_layout", check_window_layout)):
         try:
-            parse(getattr(args, option))
+            parse(getattr(args, name))
         except ValueError as error:
-            raise ValueError(f"--{option}: {error}") from None
+            raise ValueError(f"--{name}: {error}") from None
     heads, blocks, window = parse_heads_per_shift(args.heads_per_shift), args.num_blocks, args.train_window
     block_size, source = args.max_seq_length // blocks, Path(args.source_model or ".")
-    checks = (
-        (
-            args.mixed_precision in MIXED_PRECISION_CHOICES,
-            f"--mixed_precision {args.mixed_precision} is unknown: use one of {', '.join(MIXED_PRECISION_CHOICES)}.",
-        ),
-        (
-            args.max_seq_length % blocks == 0,
-            f"--max_seq_length {args.max_seq_length} is not a multiple of --num_blocks {blocks}: blocks are of equal "
-            "size.",
-        ),
-        (
-            len(heads) == blocks and heads[0] >= 1 and min(heads) >= 0,
+    if args.mixed_precision not in MIXED_PRECISION_CHOICES:
+        raise ValueError(
+            f"--mixed_precision {args.mixed_precision} is unknown: use {', '.join(MIXED_PRECISION_CHOICES)}."
+        )
+    if args.max_seq_length % blocks:
+        raise ValueError(f"--max_seq_length {args.max_seq_length} is not a multiple of --num_blocks {blocks}.")
+    if len(heads) != blocks or heads[0] < 1 or min(heads) < 0:
+        raise ValueError(
             f"--heads_per_shift {args.heads_per_shift} has {len(heads)} shift(s), --num_blocks is {blocks}: give one "
-            "head count per shift (0 to n - 1), at least one head with shift 0, e.g. 9:1:1:1 for n = 4.",
-        ),
-        (
-            window > DOC_STRIDE,
-            f"--train_window must be more than {DOC_STRIDE} tokens (run_qa's overlap of windows), got {window}.",
-        ),
-        (
-            blocks == 1 or window > (blocks - 1) * block_size,
+            "head count per shift (0 to n - 1), at least one head with shift 0, e.g. 9:1:1:1 for n = 4."
+        )
+    if window <= DOC_STRIDE:
+        raise ValueError(
+            f"--train_window must be more than {DOC_STRIDE} tokens (run_qa's window overlap), got {window}."
+        )
+    if blocks > 1 and window <= (blocks - 1) * block_size:
+        raise ValueError(
             f"--train_window {window} fits in {blocks - 1} block(s) of {block_size} tokens: the heads that read "
-            f"another block would see an empty block in training. Use more than {(blocks - 1) * block_size} tokens "
-            f"(n = {blocks} blocks of N / n = {block_size}).",
-        ),
-        (
-            window <= args.max_seq_length,
-            f"--train_window {window} is longer than --max_seq_length {args.max_seq_length}.",
-        ),
-        (
-            args.source_model is None or source.is_dir(),
-            f"--source_model {source} is not a model folder (it does not exist or is a file): pass a folder of BERT "
-            "or RoBERTa weights with their config.json and tokenizer, or leave it out for all-MiniLM-L6-v2.",
-        ),
-        (
-            args.source_model is None or (source / "config.json").is_file(),
-            f"--source_model {source} has no config.json: pass a saved BERT or RoBERTa model folder.",
-        ),
-    )
-    for fine, message in checks:
-        if not fine:
-            raise ValueError(message)
+            f"another block would see an empty block in training. Use more than {(blocks - 1) * block_size} tokens."
+        )
+    if window > args.max_seq_length:
+        raise ValueError(f"--train_window {window} is longer than --max_seq_length {args.max_seq_length}.")
+    if args.source_model is not None and not source.is_dir():
+        raise ValueError(f"--source_model {source} is not a model folder: pass a BERT or RoBERTa model folder.")
+    if args.source_model is not None and not (source / "config.json").is_file():
+        raise ValueError(f"--source_model {source} has no config.json: pass a saved BERT or RoBERTa model folder.")
 
 
 def check_output_dir(output_dir: Path) -> None:

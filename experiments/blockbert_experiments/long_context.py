@@ -30,6 +30,7 @@ from blockbert_hf.saving import (
 )
 from blockbert_hf.train.qa.data import split_squad_articles
 
+from . import option
 from .context_filling import (
     SEPARATOR,
     Article,
@@ -85,11 +86,9 @@ class LongContextConfig:
             "filled so that question, special tokens and context fit one window of T tokens)."
         },
     )
-    sweep_questions: int = field(default=600, metadata={"help": "Questions in every sweep set (seeded choice)."})
-    article_questions: int = field(
-        default=1000, metadata={"help": "Questions in the `article` set (seeded choice, whole article as context)."}
-    )
-    seed: int = field(default=0, metadata={"help": "Seed of the question samples and of the answer positions."})
+    sweep_questions: int = option(600, "Questions in every sweep set (seeded choice).")
+    article_questions: int = option(1000, "Questions in the `article` set (seeded choice, whole article as context).")
+    seed: int = option(0, "Seed of the question samples and of the answer positions.")
 
     def __post_init__(self):
         unknown = sorted(set(self.sets) - set(SET_FAMILIES))
@@ -370,10 +369,8 @@ def build_long_context_sets(
     config: LongContextConfig | None = None,
     overwrite: bool = False,
 ) -> LongContextBuild:
-    """Builds the sets `config` asks for from the SQuAD-format file `source` and writes, atomically, into `output_dir`:
-    one SQuAD-format `<set>.json` per set (readable by `examples/run_qa.py --train_file/--validation_file`),
-    `manifest.json` (sets, sizes, seed, source sha256, questions left out), `stats.json` and `stats.md` (context token
-    lengths under `tokenizer`). Raises before writing anything when an input is bad."""
+    """Writes, atomically, one SQuAD-format `<set>.json` per set `config` asks for, `manifest.json`, `stats.json` and
+    `stats.md` into `output_dir`; raises before writing anything when an input is bad."""
     config = config or LongContextConfig()
     if Path(output_dir).exists() and not overwrite:
         raise FileExistsError(
@@ -396,14 +393,7 @@ def build_long_context_sets(
         "separator": SEPARATOR,
         # what a window holds besides question and context (the window sets leave room for it)
         "special_tokens": tokenizer.num_special_tokens_to_add(pair=True),
-        "config": {
-            "dev_titles": config.dev_titles,
-            "train_lengths": config.train_lengths,
-            "sweep_lengths": config.sweep_lengths,
-            "window_lengths": config.window_lengths,
-            "sweep_questions": config.sweep_questions,
-            "article_questions": config.article_questions,
-        },
+        "config": {key: value for key, value in vars(config).items() if key not in ("sets", "seed")},
         "halves": {
             "first": {"use": "training", "articles": [article.title for article in training]},
             **({"dev": {"use": "recipe selection", "articles": [article.title for article in dev]}} if dev else {}),

@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass, field, replace
 
 from blockbert_hf.train.qa.objective import check_qa_objective
 
+from .. import option
+
 
 BASELINE = "n512_full_seed0"
 PARAGRAPHS = "paragraphs"  # training set of the ablation: the first half's questions with their paragraph as context
@@ -17,12 +19,8 @@ SCREENING_NEGATIVE_RATE = 0.08
 
 @dataclass(frozen=True)
 class Cell:
-    """One cell: the model (pattern, N, n, heads per shift), the fine-tuning seed and training set (`train_<N>` unless
-    `train_set` says otherwise; `"paragraphs"`: the first half as it is), the sets it is evaluated on (those of its
-    `eval_half`, or `eval_sets` by name), and where set, its own recipe values, window layout, positions, objective,
-    `epoch_eval_set` (evaluated after every epoch) and batches (`run_qa`'s options of those names).
-    `distilled_from`: the self-distilled encoder of `--distilled_dir` it starts from instead of a conversion;
-    `teacher`: the cell it is task-distilled from."""
+    """One cell: the model, seed, training set (`train_<N>` by default) and evaluation sets, and where set its own
+    `run_qa` options; `distilled_from`: the self-distilled encoder it starts from, `teacher`: its task teacher."""
 
     name: str
     max_seq_length: int
@@ -265,36 +263,24 @@ RECIPE_GRIDS = ("recipe", "epochs", "layout", "objective")  # reported together,
 class ComparisonConfig:
     """What `run_comparison`, `plan_comparison` and `write_report` need; `experiments/qa_comparison.py` parses it."""
 
-    data_dir: str = field(
-        default="outputs/long_qa_data", metadata={"help": "the sets of experiments/build_long_context_qa.py"}
+    data_dir: str = option("outputs/long_qa_data", "the sets of experiments/build_long_context_qa.py")
+    squad_file: str | None = option(None, "the SQuAD file the sets were built from (the paragraphs cell trains on it)")
+    source_model: str | None = option(
+        None, "the pretrained BERT/RoBERTa folder (default: the installed all-MiniLM-L6-v2)"
     )
-    squad_file: str | None = field(
-        default=None, metadata={"help": "the SQuAD file the sets were built from (the paragraphs cell trains on it)"}
-    )
-    source_model: str | None = field(
-        default=None, metadata={"help": "the pretrained BERT/RoBERTa folder (default: the installed all-MiniLM-L6-v2)"}
-    )
-    work_dir: str = field(
-        default="outputs/qa_comparison", metadata={"help": "converted models, checkpoints, predictions (large)"}
-    )
-    results_dir: str = field(
-        default="results/qa_comparison", metadata={"help": "small result files, the report and the plot"}
-    )
-    grid: str = field(
-        default="comparison",
-        metadata={
-            "help": "which grid: comparison (the attention configurations on the test half); recipe, epochs, layout or "
+    work_dir: str = option("outputs/qa_comparison", "converted models, checkpoints, predictions (large)")
+    results_dir: str = option("results/qa_comparison", "small result files, the report and the plot")
+    grid: str = option(
+        "comparison",
+        (
+            "which grid: comparison (the attention configurations on the test half); recipe, epochs, layout or "
             "objective (the recipe's choice on the dev articles, results/qa_recipe/README.md); distilled_table4 or "
             "distilled_long (the distillation comparison's Stages A and B, results/distillation/README.md)"
-        },
+        ),
     )
-    distilled_dir: str | None = field(
-        default=None, metadata={"help": "the self-distilled encoders by name (results/distillation/README.md)"}
-    )
-    distillation_temperature: float = field(default=2.0, metadata={"help": "T of the task-distilled cells"})
-    distillation_alpha: float = field(
-        default=0.5, metadata={"help": "the distillation loss's share of the task-distilled cells' loss"}
-    )
+    distilled_dir: str | None = option(None, "the self-distilled encoders by name (results/distillation/README.md)")
+    distillation_temperature: float = option(2.0, "T of the task-distilled cells")
+    distillation_alpha: float = option(0.5, "the distillation loss's share of the task-distilled cells' loss")
     cells: list[str] = field(
         default_factory=list,
         metadata={
@@ -305,69 +291,54 @@ class ComparisonConfig:
     test_sets: list[str] = field(
         default_factory=list, metadata={"help": "evaluate only these sets (default: every test set of data_dir)"}
     )
-    dry_run: bool = field(default=False, metadata={"help": "print the plan with time estimates and stop"})
-    threads: int = field(default=2, metadata={"help": "CPU threads of each step (OMP_NUM_THREADS)"})
-    preprocessing_num_workers: int | None = field(
-        default=None, metadata={"help": "processes of each step that cut questions into windows (same windows)"}
+    dry_run: bool = option(False, "print the plan with time estimates and stop")
+    threads: int = option(2, "CPU threads of each step (OMP_NUM_THREADS)")
+    preprocessing_num_workers: int | None = option(
+        None, "processes of each step that cut questions into windows (same windows)"
     )
     # ---- the recipe, the same for every cell (a cell may set its own learning rate, epochs and negative rate)
-    recipe_dir: str | None = field(
-        default=None, metadata={"help": "the recipe choice's results folder, whose choices override the options below"}
+    recipe_dir: str | None = option(
+        None, "the recipe choice's results folder, whose choices override the options below"
     )
-    window_scoring: str | None = field(
-        default=None,
-        metadata={"help": "how answers are ranked across windows: null_relative or raw (default: run_qa's)"},
+    window_scoring: str | None = option(
+        None, "how answers are ranked across windows: null_relative or raw (default: run_qa's)"
     )
-    long_window_layout: str = field(
-        default="question_first",
-        metadata={"help": "the window layout of the comparison's BlockBERT models at N > 512"},
+    long_window_layout: str = option(
+        "question_first", "the window layout of the comparison's BlockBERT models at N > 512"
     )
-    long_block_relative_positions: bool = field(
-        default=False, metadata={"help": "positions restart at every block in those models"}
+    long_block_relative_positions: bool = option(False, "positions restart at every block in those models")
+    long_qa_objective: str = option(
+        "window", "the training objective of those models: window or per_block (question-prefixed blocks)"
     )
-    long_qa_objective: str = field(
-        default="window",
-        metadata={"help": "the training objective of those models: window or per_block (question-prefixed blocks)"},
-    )
-    learning_rate: float = field(
-        default=5e-5, metadata={"help": "chosen on the dev articles from 5e-5, 1e-4, 2e-4, 3e-4 (--grid recipe)"}
-    )
+    learning_rate: float = option(5e-5, "chosen on the dev articles from 5e-5, 1e-4, 2e-4, 3e-4 (--grid recipe)")
     num_train_epochs: float = 1.0
-    negative_window_rate: float = field(
-        default=1.0, metadata={"help": "share of the training windows without the answer that are kept"}
-    )
-    effective_batch_size: int = field(default=32, metadata={"help": "windows per optimizer step"})
+    negative_window_rate: float = option(1.0, "share of the training windows without the answer that are kept")
+    effective_batch_size: int = option(32, "windows per optimizer step")
     warmup_ratio: float = 0.1
-    attention_probs_dropout_prob: float = field(
-        default=0.0,
-        metadata={"help": "attention dropout while fine-tuning: 0 keeps PyTorch's fused SDPA kernel (faster on CPU)"},
+    attention_probs_dropout_prob: float = option(
+        0.0, "attention dropout while fine-tuning: 0 keeps PyTorch's fused SDPA kernel (faster on CPU)"
     )
     doc_stride: int = 128
-    train_tokens_per_batch: int = field(
-        default=4096,
-        metadata={"help": "per-device batch = this // N windows (gradient accumulation makes up the rest)"},
+    train_tokens_per_batch: int = option(
+        4096, "per-device batch = this // N windows (gradient accumulation makes up the rest)"
     )
-    eval_tokens_per_batch: int = field(default=16384, metadata={"help": "evaluation batch = this // N windows"})
-    checkpoint_minutes: float = field(default=5.0, metadata={"help": "about this much training between checkpoints"})
-    mixed_precision: str = field(default="no", metadata={"help": "of fine-tuning: no or bf16 (autocast)"})
-    eval_mixed_precision: str = field(default="no", metadata={"help": "of evaluation: no or bf16"})
-    max_train_samples: int | None = field(default=None, metadata={"help": "only the first K training questions"})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "only the first K questions of each set"})
+    eval_tokens_per_batch: int = option(16384, "evaluation batch = this // N windows")
+    checkpoint_minutes: float = option(5.0, "about this much training between checkpoints")
+    mixed_precision: str = option("no", "of fine-tuning: no or bf16 (autocast)")
+    eval_mixed_precision: str = option("no", "of evaluation: no or bf16")
+    max_train_samples: int | None = option(None, "only the first K training questions")
+    max_eval_samples: int | None = option(None, "only the first K questions of each set")
     # ---- the report
-    baseline: str = field(default=BASELINE, metadata={"help": "the cell every other cell is compared with"})
+    baseline: str = option(BASELINE, "the cell every other cell is compared with")
     bootstrap_samples: int = 10_000
     bootstrap_seed: int = 0
-    in_process: bool = field(
-        default=False, metadata={"help": "run the steps in this process (tests; memory is then not per step)"}
-    )
-    jobs: int = field(default=1, metadata={"help": "cells run at once, each as its own process"})
-    report_after_each_cell: bool = field(default=True, metadata={"help": "rewrite the report after each cell"})
+    in_process: bool = option(False, "run the steps in this process (tests; memory is then not per step)")
+    jobs: int = option(1, "cells run at once, each as its own process")
+    report_after_each_cell: bool = option(True, "rewrite the report after each cell")
 
 
 def grid_cells(config: ComparisonConfig) -> tuple[Cell, ...]:
-    """The cells of `config.grid`; the comparison's BlockBERT models at N > 512 lay out their windows, count their
-    positions and train as `config.long_window_layout`, `config.long_block_relative_positions` and
-    `config.long_qa_objective` say."""
+    """The cells of `config.grid`; the comparison's BlockBERT models at N > 512 take the `config.long_*` options."""
     if config.grid not in GRIDS:
         raise ValueError(f"--grid {config.grid!r} is unknown: choose among {', '.join(GRIDS)}.")
     if config.grid != "comparison":

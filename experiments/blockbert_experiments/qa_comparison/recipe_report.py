@@ -238,11 +238,18 @@ def apply_recipe_choice(config: ComparisonConfig) -> ComparisonConfig:
     )
 
 
+def _runs_table(header: list[str], runs: Mapping[str, Mapping], what: str) -> str:
+    rows = [_row(name, entry) for name, entry in runs.items()]
+    return _table(header, rows) if rows else f"No {what} run has results yet.\n"
+
+
+def _choice_text(made: str | None, missing: str) -> str:
+    return "**Choice**: " + (made or f"not yet ({missing}).")
+
+
 def _screening_section(config: ComparisonConfig, runs: RecipeRuns, header: list[str]) -> list[str]:
     """The learning-rate screening: how it ran, its table and its choice."""
-    choice = runs.choice
-    rows = [_row(name, entry) for name, entry in runs.screening.items()]
-    pending = runs.pending
+    choice, pending = runs.choice, runs.pending
     return [
         "# Choosing the fine-tuning recipe on the dev articles",
         "",
@@ -256,13 +263,11 @@ def _screening_section(config: ComparisonConfig, runs: RecipeRuns, header: list[
         "",
         CHOICE_RULE,
         "",
-        _table(header, rows) if rows else "No screening run has results yet.\n",
+        _runs_table(header, runs.screening, "screening"),
         f"Still to run: {', '.join(pending)}.\n" if pending else "",
-        "**Choice**: "
-        + (
-            f"learning rate {choice['learning_rate']:g}, window scoring `{choice['window_scoring']}`."
-            if choice
-            else "not yet (every screening run needs its dev results)."
+        _choice_text(
+            choice and f"learning rate {choice['learning_rate']:g}, window scoring `{choice['window_scoring']}`.",
+            "every screening run needs its dev results",
         ),
         "",
     ]
@@ -270,8 +275,7 @@ def _screening_section(config: ComparisonConfig, runs: RecipeRuns, header: list[
 
 def _epochs_section(runs: RecipeRuns, header: list[str]) -> list[str]:
     """The epoch run: dev results after each epoch and at the end, and the epochs chosen."""
-    epoch_runs, epochs = runs.epoch_runs, runs.epochs
-    epoch_rows = [_row(name, entry) for name, entry in epoch_runs.items()]
+    epochs = runs.epochs
     epoch_header = ["cell", "epoch", "step", "train loss", "dev_window_512 loss", "EM", "F1"]
     return [
         "## Epochs",
@@ -280,15 +284,13 @@ def _epochs_section(runs: RecipeRuns, header: list[str]) -> list[str]:
         "",
         "After each epoch:",
         "",
-        _table(epoch_header, _epoch_rows(epoch_runs)) if epoch_runs else "No epoch run has results yet.\n",
+        _table(epoch_header, _epoch_rows(runs.epoch_runs)) if runs.epoch_runs else "No epoch run has results yet.\n",
         "At the end of the run:",
         "",
-        _table(header, epoch_rows) if epoch_rows else "No epoch run has results yet.\n",
-        "**Choice**: "
-        + (
-            f"{epochs['num_train_epochs']:g} epochs (dev_window_512 F1 {epochs['dev_window_512_f1']:.1f})."
-            if epochs
-            else "not yet (the epoch run needs its dev F1 after each epoch)."
+        _runs_table(header, runs.epoch_runs, "epoch"),
+        _choice_text(
+            epochs and f"{epochs['num_train_epochs']:g} epochs (dev_window_512 F1 {epochs['dev_window_512_f1']:.1f}).",
+            "the epoch run needs its dev F1 after each epoch",
         ),
         "",
     ]
@@ -297,34 +299,25 @@ def _epochs_section(runs: RecipeRuns, header: list[str]) -> list[str]:
 def _long_model_sections(runs: RecipeRuns, header: list[str]) -> list[str]:
     """The long model's window layout and training objective: their tables and choices."""
     layout, objective = runs.layout, runs.objective
+    positions = layout and (
+        "positions restarting in every block." if layout["block_relative_positions"] else "running positions."
+    )
     return [
         "## The long model's window layout",
         "",
         LAYOUT_RULE,
         "",
-        _table(header, [_row(name, entry) for name, entry in runs.layout_runs.items()])
-        if runs.layout_runs
-        else "No layout run has results yet.\n",
-        "**Choice**: "
-        + (
-            f"`{layout['window_layout']}`, "
-            + ("positions restarting in every block." if layout["block_relative_positions"] else "running positions.")
-            if layout
-            else "not yet (both layout runs need their dev results)."
-        ),
+        _runs_table(header, runs.layout_runs, "layout"),
+        _choice_text(layout and f"`{layout['window_layout']}`, {positions}", "both layout runs need their dev results"),
         "",
         "## The long model's training objective",
         "",
         OBJECTIVE_RULE,
         "",
-        _table(header, [_row(name, entry) for name, entry in runs.objective_runs.items()])
-        if runs.objective_runs
-        else "No objective run has results yet.\n",
-        "**Choice**: "
-        + (
-            f"`{objective['qa_objective']}`."
-            if objective
-            else "not yet (both objective runs need their dev results at the chosen learning rate and epochs)."
+        _runs_table(header, runs.objective_runs, "objective"),
+        _choice_text(
+            objective and f"`{objective['qa_objective']}`.",
+            "both objective runs need their dev results at the chosen learning rate and epochs",
         ),
         "",
     ]

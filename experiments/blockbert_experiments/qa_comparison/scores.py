@@ -149,6 +149,19 @@ def _excludes_zero(interval: Mapping) -> bool:
     return interval["articles"] > 1 and (interval["low"] > 0 or interval["high"] < 0)
 
 
+def _points(scores: Sequence[float]) -> np.ndarray:
+    """Per-question scores (0..1) in points (0..100)."""
+    return 100 * np.asarray(scores, dtype=float)
+
+
+def _bootstrap(config: ComparisonConfig, scores: Sequence[float], baseline: Sequence[float], articles) -> dict:
+    """`paired_article_bootstrap` with the report's resamples and seed, and whether its interval excludes zero."""
+    interval = paired_article_bootstrap(
+        scores, baseline, articles, samples=config.bootstrap_samples, seed=config.bootstrap_seed
+    )
+    return {**interval, "excludes_zero": _excludes_zero(interval)}
+
+
 def _comparable(results: Mapping, other: str, baseline: str, test_set: str) -> bool:
     """Whether both cells scored the set on the same questions."""
     a, b = results[other]["scores"].get(test_set), results[baseline]["scores"].get(test_set)
@@ -167,18 +180,10 @@ def compare_cells(
                 continue
             mine, theirs = results[name]["scores"][test_set], results[reference]["scores"][test_set]
             articles = questions[test_set]["article"][: len(mine["f1"])]
-            entry = {}
-            for metric, key in (("exact_match", "em"), ("f1", "f1")):
-                interval = paired_article_bootstrap(
-                    100 * np.asarray(mine[key], dtype=float),
-                    100 * np.asarray(theirs[key], dtype=float),
-                    articles,
-                    samples=config.bootstrap_samples,
-                    seed=config.bootstrap_seed,
-                )
-                interval["excludes_zero"] = _excludes_zero(interval)
-                entry[metric] = interval
-            compared.setdefault(name, {})[test_set] = entry
+            compared.setdefault(name, {})[test_set] = {
+                metric: _bootstrap(config, _points(mine[key]), _points(theirs[key]), articles)
+                for metric, key in (("exact_match", "em"), ("f1", "f1"))
+            }
     return compared
 
 
@@ -252,7 +257,7 @@ def _mean_f1_points(results: Mapping[str, dict], name: str, test_set: str) -> fl
 
 def _seed_mean_scores(results: Mapping[str, dict], cells: Mapping[int, str], seeds, test_set: str) -> np.ndarray:
     """Per question, the F1 (points) of `cells` averaged over `seeds`."""
-    return np.mean([100 * np.asarray(results[cells[seed]]["scores"][test_set]["f1"], float) for seed in seeds], axis=0)
+    return np.mean([_points(results[cells[seed]]["scores"][test_set]["f1"]) for seed in seeds], axis=0)
 
 
 def configurations(results: Mapping[str, dict]) -> dict[str, dict[int, str]]:
@@ -289,20 +294,12 @@ def seed_averaged_difference(
     test_set: str,
 ) -> dict | None:
     """One configuration's cells (`by_seed`) against another's (`reference`) on `test_set`, averaged over the seeds
-    both have: both intervals and the wider, the difference to each reference seed, both seed spreads and the
-    verdict. None where no seed pairs up on the same questions."""
+    both have, with both intervals, both seed spreads and the verdict; None where no seed pairs up."""
     seeds = sorted(set(by_seed) & set(reference))
     if not seeds or not all(_comparable(results, by_seed[seed], reference[seed], test_set) for seed in seeds):
         return None
     mine, theirs = (_seed_mean_scores(results, cells, seeds, test_set) for cells in (by_seed, reference))
-    bootstrap = paired_article_bootstrap(
-        mine,
-        theirs,
-        questions[test_set]["article"][: len(mine)],
-        samples=config.bootstrap_samples,
-        seed=config.bootstrap_seed,
-    )
-    bootstrap["excludes_zero"] = _excludes_zero(bootstrap)
+    bootstrap = _bootstrap(config, mine, theirs, questions[test_set]["article"][: len(mine)])
     per_seed = [
         _mean_f1_points(results, by_seed[seed], test_set) - _mean_f1_points(results, reference[seed], test_set)
         for seed in seeds
@@ -342,9 +339,8 @@ def seed_averaged_verdicts(
 
 
 def long_arm_verdicts(config: ComparisonConfig, results: Mapping[str, dict], questions: Mapping[str, dict]) -> dict:
-    """Each configuration above N = 512 against sliding windows of 512 (the full-attention N = 512 configuration
-    trained on the same data), as `seed_averaged_verdicts` gives them (`seed_spread["baseline"]`: the sliding
-    windows')."""
+    """Each configuration above N = 512 against sliding windows of 512 (full attention at N = 512 trained on the same
+    data), as `seed_averaged_verdicts` gives them."""
     found = configurations(results)
 
     def first(cells: Mapping[int, str]) -> dict:
@@ -421,13 +417,8 @@ def whole_article_scores(config: ComparisonConfig, results: Mapping[str, dict], 
                 "ratio_low": interval["low"],
                 "ratio_high": interval["high"],
             }
-        difference = paired_article_bootstrap(
-            100 * np.asarray(article["null_relative"]["f1"], dtype=float),
-            100 * np.asarray(article["raw"]["f1"], dtype=float),
-            articles,
-            samples=config.bootstrap_samples,
-            seed=config.bootstrap_seed,
+        difference = _bootstrap(
+            config, _points(article["null_relative"]["f1"]), _points(article["raw"]["f1"]), articles
         )
-        difference["excludes_zero"] = _excludes_zero(difference)
         measured[name] = {"by_window_scoring": by_rule, "null_relative_minus_raw": difference}
     return measured

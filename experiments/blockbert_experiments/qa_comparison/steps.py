@@ -1,7 +1,6 @@
 """A cell's steps: the arguments of `examples/convert_roberta_to_blockbert.py` and `examples/run_qa.py`, their command
 lines, and `run_step`, which runs one as a fresh process with its own peak memory (or in this process for tests)."""
 
-import importlib.util
 import logging
 import math
 import os
@@ -15,14 +14,13 @@ from pathlib import Path
 
 from blockbert_benchmarks.measuring.machine import recorded_command
 
+from .. import EXAMPLES_DIR, run_example_in_process
 from .grid import Cell, ComparisonConfig, batch_sizes, cell_recipe, eval_batch_size
 from .layout import CellLayout, command_path, training_file
 from .plan import estimated_steps
 
 
 logger = logging.getLogger(__name__)
-
-EXAMPLES_DIR = Path(__file__).resolve().parents[3] / "examples"
 
 
 def convert_args(config: ComparisonConfig, cell: Cell, source: Path) -> list[str]:
@@ -132,17 +130,6 @@ class StepResult:
     peak_rss_mb: float | None
 
 
-def _load_script(script: str):
-    """`examples/<script>` as a module, so that its `main` can run in this process."""
-    path = EXAMPLES_DIR / script
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist: run the comparison from a checkout of the repository.")
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _reset_peak_rss() -> bool:
     try:
         Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS
@@ -168,10 +155,7 @@ def run_step(config: ComparisonConfig, script: str, args: Sequence[str]) -> Step
     started = time.perf_counter()
     if config.in_process:
         reset = _reset_peak_rss()
-        try:
-            returncode = _load_script(script).main(list(args)) or 0
-        except SystemExit as error:
-            returncode = error.code if isinstance(error.code, int) else 1
+        returncode = run_example_in_process(script, args)
         return StepResult(returncode, time.perf_counter() - started, _peak_rss_mb() if reset else None)
     env = {
         **os.environ,
