@@ -454,7 +454,10 @@ def check_options(args: DemoArguments) -> None:
     if window > args.max_seq_length:
         raise ValueError(f"--train_window {window} is longer than --max_seq_length {args.max_seq_length}.")
     if args.source_model is not None and not source.is_dir():
-        raise ValueError(f"--source_model {source} is not a model folder: pass a BERT or RoBERTa model folder.")
+        raise ValueError(
+            f"--source_model {source} is not a model folder (missing, or a file): pass a BERT or RoBERTa model folder, "
+            "or leave it out for all-MiniLM-L6-v2."
+        )
     if args.source_model is not None and not (source / "config.json").is_file():
         raise ValueError(f"--source_model {source} has no config.json: pass a saved BERT or RoBERTa model folder.")
 
