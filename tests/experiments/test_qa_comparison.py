@@ -124,8 +124,8 @@ def test_a_cell_is_tested_on_its_sets_of_its_half_and_the_long_models_take_the_c
 def test_a_cells_own_recipe_values_replace_the_runs_and_reach_its_training_command():
     config = ComparisonConfig(learning_rate=1.0, num_train_epochs=9.0, negative_window_rate=1.0)
     screening = RECIPE_GRID[0]
-    assert cell_recipe(config, screening) == Recipe(screening.learning_rate, 1.0, 0.08)
-    assert cell_recipe(config, EPOCHS_GRID[0]) == Recipe(1.0, 4.0, 0.08)  # the epoch run: the run's rate
+    assert cell_recipe(config, screening) == Recipe(screening.learning_rate, 1.0, 0.08, None, 32)
+    assert cell_recipe(config, EPOCHS_GRID[0]) == Recipe(1.0, 4.0, 0.08, None, 32)  # the epoch run: the run's rate
     assert cell_recipe(config, GRID[0]).learning_rate == 1.0  # a comparison cell follows the run's recipe
     args = train_args(config, screening, MANIFEST, train_minutes=10.0)
     options = _options(args)
@@ -366,9 +366,11 @@ def test_the_recipe_report_tables_the_screening_then_the_epoch_curve_and_states_
 
 def test_batch_sizes_keep_the_effective_batch_at_every_length():
     config = ComparisonConfig()
-    assert {n: batch_sizes(config, n) for n in (512, 1024, 2048)} == {512: (8, 4), 1024: (4, 8), 2048: (2, 16)}
+    cells = {n: Cell(f"n{n}", n) for n in (512, 1024, 2048)}
+    assert {n: batch_sizes(config, cell) for n, cell in cells.items()} == {512: (8, 4), 1024: (4, 8), 2048: (2, 16)}
     odd = ComparisonConfig(effective_batch_size=12, train_tokens_per_batch=5 * 512)
-    assert batch_sizes(odd, 512) == (4, 3)  # the largest divisor of 12 that fits 5 windows
+    assert batch_sizes(odd, cells[512]) == (4, 3)  # the largest divisor of 12 that fits 5 windows
+    assert batch_sizes(odd, replace(cells[512], effective_batch_size=8)) == (4, 2)  # a cell's own batch
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -1053,7 +1055,7 @@ def test_the_driver_commands_run_each_cell_with_its_recorded_recipe(tmp_path):
             assert (made.learning_rate, made.num_train_epochs) == (recipe["learning_rate"], recipe["num_train_epochs"])
             assert made.negative_window_rate == recipe["negative_window_rate"]
             batches = (recipe["per_device_train_batch_size"], recipe["gradient_accumulation_steps"])
-            assert batch_sizes(config, cell.max_seq_length) == batches
+            assert batch_sizes(config, cell) == batches
             assert (
                 f"--per_device_eval_batch_size {eval_batch_size(config, cell.max_seq_length)} "
                 in record["commands"][-1]

@@ -1,5 +1,6 @@
-"""The distillation comparison's Stage B (`qa_comparison.py --grid distilled_long`): its cells as the rule's third
-amendment fixes them, the copy of the encoder distilled at N = 512 that they start from, and the report's verdict."""
+"""The distillation comparison's Stage B (`qa_comparison.py --grid distilled_long`): its cells as the rule's third and
+fifth amendments fix them, the copy of the encoder distilled at N = 512 that they start from, the convergence check
+before any test set, and the report's verdict."""
 
 import json
 from dataclasses import replace
@@ -8,12 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from blockbert_experiments.qa_comparison import runner
 from blockbert_experiments.qa_comparison.grid import (
     DISTILLED_ENCODER_N512,
     DISTILLED_LONG_GRID,
-    STAGE_B_TEACHER,
     ComparisonConfig,
+    batch_sizes,
 )
+from blockbert_experiments.qa_comparison.layout import MEASUREMENTS_FILE, CellLayout
 from blockbert_experiments.qa_comparison.runner import _convert, write_grid_report
 from blockbert_experiments.qa_comparison.stage_b_report import stage_b_verdict
 from blockbert_experiments.qa_comparison.steps import train_args
@@ -21,33 +24,44 @@ from blockbert_hf.model.configuration_blockbert import BlockBertConfig
 
 
 CELLS = {cell.name: cell for cell in DISTILLED_LONG_GRID}
-MANIFEST = {"sets": {"train_article": {"file": "train_article.json", "half": "first", "questions": 5366,
-                                       "target_tokens": None}}}  # fmt: skip
+MANIFEST = {"sets": {"train_1024": {"file": "train_1024.json", "half": "first", "questions": 5366,
+                                    "target_tokens": 1024}}}  # fmt: skip
+DEV_AND_TEST_SETS = ("dev_window_512", "dev_article", "window_512", "article")
+# The options of the Stage B command in results/distillation/README.md that shape a cell's batches.
+STAGE_B_OPTIONS = dict(effective_batch_size=16, train_tokens_per_batch=8192)
 
 
-def test_stage_b_trains_every_cell_on_the_same_half_of_the_whole_articles_with_batches_drawn_at_random():
-    assert len(CELLS) == 7 and STAGE_B_TEACHER in CELLS
+def _options(args: list[str]) -> dict[str, str]:
+    return {word: value for word, value in zip(args, [*args[1:], ""]) if word.startswith("--")}
+
+
+def test_stage_b_trains_every_arm_the_same_steps_of_8192_tokens_on_filled_contexts_without_a_teacher():
+    assert len(CELLS) == 7
+    config = ComparisonConfig(**STAGE_B_OPTIONS)
     for cell in CELLS.values():
-        assert (cell.training_set, cell.learning_rate, cell.num_train_epochs) == ("train_article", 2e-4, 1.0)
-        assert cell.eval_sets == ("paragraph", "window_512", "article") and cell.record()["max_train_samples"] == 2683
-        train = " ".join(train_args(ComparisonConfig(), cell, MANIFEST, 60.0))
-        assert "--max_train_samples 2683" in train and "--group_by_length" not in train
+        assert (cell.training_set, cell.learning_rate, cell.negative_window_rate) == ("train_1024", 2e-4, 1.0)
+        assert cell.eval_sets == ("dev_window_512", "dev_article", "window_512", "article") and cell.teacher is None
+        options = _options(train_args(config, cell, MANIFEST, 60.0))
+        assert (options["--max_train_samples"], options["--max_train_steps"]) == ("2000", "740")
+        assert "--group_by_length" not in options and "--teacher_model_name_or_path" not in options
+        per_device, accumulation = batch_sizes(config, cell)
+        assert per_device * accumulation * cell.max_seq_length == 8192 and accumulation == 1
     sliding = CELLS["n512_full_article_seed1"]
-    assert (sliding.attention_pattern, sliding.max_seq_length, sliding.teacher, sliding.distilled_from) == (
-        "full", 512, None, None
-    )  # fmt: skip
+    assert (sliding.attention_pattern, sliding.max_seq_length, sliding.distilled_from) == ("full", 512, None)
+    assert sliding.convergence_check == ("dev_window_512", 50.0) and sliding.num_train_epochs == 2.0
+    assert sliding.record()["convergence_check"] == ("dev_window_512", 50.0)
 
 
 def test_stage_b_blockbert_cells_differ_only_in_the_heads_that_read_the_other_block():
-    ten_two, twelve_zero = CELLS["n1024_n2_10-2_distilled_kd_seed0"], CELLS["n1024_n2_12-0_distilled_kd_seed0"]
+    ten_two, twelve_zero = CELLS["n1024_n2_10-2_distilled_seed0"], CELLS["n1024_n2_12-0_distilled_seed0"]
     assert replace(twelve_zero, name=ten_two.name, heads_per_shift="10:2") == ten_two
     assert (ten_two.window_layout, ten_two.block_relative_positions, ten_two.qa_objective) == (
         "question_prefixed_blocks", True, "per_block"
     )  # fmt: skip
-    assert (ten_two.distilled_from, ten_two.teacher) == (DISTILLED_ENCODER_N512, STAGE_B_TEACHER)
-    train = " ".join(train_args(ComparisonConfig(), ten_two, MANIFEST, 60.0))
+    assert (ten_two.distilled_from, ten_two.convergence_check) == (DISTILLED_ENCODER_N512, None)
+    train = " ".join(train_args(ComparisonConfig(**STAGE_B_OPTIONS), ten_two, MANIFEST, 60.0))
     assert "--qa_objective per_block" in train and "--window_layout question_prefixed_blocks" in train
-    assert f"--teacher_model_name_or_path outputs/qa_comparison/cells/{STAGE_B_TEACHER}/train/model" in train
+    assert "--per_device_train_batch_size 8 --gradient_accumulation_steps 1" in train
 
 
 def test_stage_b_copies_the_encoder_distilled_at_512_into_two_blocks_of_512_with_positions_restarting(tmp_path):
@@ -58,7 +72,7 @@ def test_stage_b_copies_the_encoder_distilled_at_512_into_two_blocks_of_512_with
     ).save_pretrained(encoder)  # fmt: skip
     (encoder / "model.safetensors").write_bytes(b"weights")  # copied, not read
     config = ComparisonConfig(grid="distilled_long", distilled_dir=str(tmp_path), work_dir=str(tmp_path / "work"))
-    for name, heads in (("n1024_n2_10-2_distilled_kd_seed0", [10, 2]), ("n1024_n2_12-0_distilled_kd_seed0", [12, 0])):
+    for name, heads in (("n1024_n2_10-2_distilled_seed0", [10, 2]), ("n1024_n2_12-0_distilled_seed0", [12, 0])):
         _convert(config, CELLS[name], tmp_path / "unused-source")
         copied = BlockBertConfig.from_pretrained(tmp_path / "work" / "models" / CELLS[name].model_name)
         assert (copied.effective_block_size, copied.max_sequence_length, copied.block_relative_positions) == (
@@ -67,13 +81,14 @@ def test_stage_b_copies_the_encoder_distilled_at_512_into_two_blocks_of_512_with
         assert list(copied.heads_per_shift) == heads
 
 
-def _write_cell(folder: Path, name: str, f1: list[float]) -> None:
+def _write_cell(folder: Path, name: str, f1: list[float], check: dict | None = None) -> None:
     """A finished cell whose per-question F1 (0..1) over whole articles is `f1`."""
     results = {
         "cell": {"name": name},
         "train": {"finished": True, "seconds": 3600.0, "loss_curve": [{"step": 50, "loss": 1.5}], "machines": ["cpu"]},
         "sets": {"article": {"exact_match": 0.0, "f1": 100 * float(np.mean(f1))}},
         "commands": [f"python examples/run_qa.py --output_dir {name}"],
+        **({} if check is None else {"convergence_check": check}),
     }
     (folder / name).mkdir(parents=True)
     (folder / name / "results.json").write_text(json.dumps(results))
@@ -88,22 +103,52 @@ def test_the_stage_b_report_gives_the_verdict_over_whole_articles_with_the_seed_
     config = ComparisonConfig(grid="distilled_long", results_dir=str(folder), bootstrap_samples=200)
     assert write_grid_report(config)["verdict"] is None
     for seed, f1 in enumerate((0.50, 0.51, 0.52)):  # sliding windows: 51 F1, seeds 2 F1 apart
-        _write_cell(folder, f"n512_full_article_seed{seed}", [f1] * 8)
+        check = {"set": "dev_window_512", "min_f1": 50.0, "f1": 55.0 + seed, "passed": True}
+        _write_cell(folder, f"n512_full_article_seed{seed}", [f1] * 8, check)
     for seed, f1 in enumerate((0.60, 0.61, 0.62)):  # 10:2: 61 F1
-        _write_cell(folder, f"n1024_n2_10-2_distilled_kd_seed{seed}", [f1] * 8)
+        _write_cell(folder, f"n1024_n2_10-2_distilled_seed{seed}", [f1] * 8)
     summary = write_grid_report(config)
     assert summary["differences"]["D"]["article"]["difference"] == pytest.approx(10.0)
     assert summary["verdict"] == {
         "verdict": "BlockBERT at or above sliding windows", "D": pytest.approx(10.0),
         "D_interval": [pytest.approx(10.0), pytest.approx(10.0)], "D_prime_measured": False,
     }  # fmt: skip
-    assert "`D'` waits for 12:0" in (folder / "README.md").read_text()
-    _write_cell(folder, "n1024_n2_12-0_distilled_kd_seed0", [0.5] * 8)  # one seed: the largest spread here (2 F1)
+    readme = (folder / "README.md").read_text()
+    assert "`D'` waits for 12:0" in readme and "| passed (55.0), passed (56.0), passed (57.0) |" in readme
+    _write_cell(folder, "n1024_n2_12-0_distilled_seed0", [0.5] * 8)  # one seed: the largest spread here (2 F1)
     summary = write_grid_report(config)
     assert summary["differences"]["D'"]["article"]["spread_used"] == [pytest.approx(2.0), pytest.approx(2.0)]
     assert summary["verdict"]["verdict"] == "BlockBERT helps"
     readme = (folder / "README.md").read_text()
     assert "**BlockBERT helps**" in readme and "| D' = 10:2 - 12:0 | article | +11.0 |" in readme
+
+
+@pytest.mark.parametrize(("dev_f1", "evaluated"), [(55.0, DEV_AND_TEST_SETS), (42.0, DEV_AND_TEST_SETS[:2])])
+def test_a_cell_below_its_convergence_check_is_not_scored_on_any_test_set(tmp_path, monkeypatch, dev_f1, evaluated):
+    config = ComparisonConfig(grid="distilled_long", work_dir=str(tmp_path))
+    cell = CELLS["n512_full_article_seed0"]
+    manifest = {"sets": {name: {"half": "dev" if name.startswith("dev_") else "second"} for name in DEV_AND_TEST_SETS}}
+    done = []
+
+    def evaluate(config, cell, manifest, test_set, names):  # what an evaluation leaves: its metrics, then its marker
+        folder = CellLayout(config, cell).eval(test_set)
+        folder.mkdir(parents=True)
+        (folder / "eval_metrics.json").write_text(json.dumps({"f1": dev_f1 if test_set == "dev_window_512" else 1.0}))
+        (folder / MEASUREMENTS_FILE).write_text("{}")
+        done.append(test_set)
+
+    for step in ("_convert", "_train", "_write_students_logits", "write_cell_results"):
+        monkeypatch.setattr(runner, step, lambda *args, **kwargs: None)
+    monkeypatch.setattr(runner, "_evaluate", evaluate)
+    if dev_f1 < 50:
+        with pytest.raises(runner.ConvergenceCheckFailed, match="F1 42.0 on dev_window_512, below the 50"):
+            runner.run_cell(config, cell, manifest, DEV_AND_TEST_SETS, tmp_path)
+    else:
+        runner.run_cell(config, cell, manifest, DEV_AND_TEST_SETS, tmp_path)
+    assert done == list(evaluated)
+    assert runner.convergence_record(config, cell) == {
+        "set": "dev_window_512", "min_f1": 50.0, "f1": dev_f1, "passed": dev_f1 >= 50
+    }  # fmt: skip
 
 
 def _difference(value: float, low: float, high: float, status: str = "resolved") -> dict:

@@ -49,10 +49,14 @@ def estimated_steps(config: ComparisonConfig, cell: Cell, manifest: Mapping) -> 
         windows = math.ceil(stats.get("median", cell.max_seq_length) / step)
         negatives = max(0.0, windows - ANSWER_WINDOWS_PER_QUESTION) * recipe.negative_window_rate
         windows_per_question = ANSWER_WINDOWS_PER_QUESTION + negatives
+    elif entry and entry["target_tokens"] > cell.max_seq_length:  # filled contexts longer than a window: slid over
+        step = max(1, cell.max_seq_length - QUESTION_TOKENS - config.doc_stride)
+        windows_per_question = 1 + math.ceil((entry["target_tokens"] - cell.max_seq_length) / step)
     else:
         windows_per_question = WINDOWS_PER_QUESTION
     windows = questions * windows_per_question
-    return max(1, math.ceil(recipe.num_train_epochs * windows / config.effective_batch_size))
+    steps = max(1, math.ceil(recipe.num_train_epochs * windows / recipe.effective_batch_size))
+    return steps if recipe.max_train_steps is None else min(steps, recipe.max_train_steps)
 
 
 def _measured_train_minutes(config: ComparisonConfig, cell: Cell) -> float | None:
@@ -82,7 +86,7 @@ def estimated_train_minutes(config: ComparisonConfig, cell: Cell, manifest: Mapp
     measured = _measured_train_minutes(config, cell)
     if measured is not None:
         return measured
-    windows = estimated_steps(config, cell, manifest) * config.effective_batch_size
+    windows = estimated_steps(config, cell, manifest) * cell_recipe(config, cell).effective_batch_size
     share = min(1.0, PARAGRAPH_TOKENS / cell.max_seq_length) if cell.training_set == PARAGRAPHS else 1.0
     return windows * share * _per_window(TRAIN_SECONDS_PER_WINDOW, cell.max_seq_length) / 60
 
@@ -148,7 +152,7 @@ def format_plan(config: ComparisonConfig, plans: Sequence[CellPlan]) -> str:
     total = 0.0
     for plan in plans:
         cell = plan.cell
-        per_device, accumulation = batch_sizes(config, cell.max_seq_length)
+        per_device, accumulation = batch_sizes(config, cell)
         total += plan.train_minutes + plan.eval_minutes
         lines.append(
             f"{cell.name:<{width}} {cell.max_seq_length:>5} {cell.attention_pattern:<13} {cell.num_blocks:>2} "

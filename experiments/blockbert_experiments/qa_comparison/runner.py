@@ -175,10 +175,43 @@ def run_cell(
         _train(config, cell, manifest, names)
     _write_students_logits(config, cell, students, manifest, source)
     for test_set in test_sets:
+        if manifest["sets"][test_set]["half"] != "dev":  # the dev sets come first in the manifest
+            _check_convergence(config, cell, manifest, names)
         if not (layout.eval(test_set) / MEASUREMENTS_FILE).is_file():
             _evaluate(config, cell, manifest, test_set, names)
             write_cell_results(config, cell, manifest, test_sets, source)
     write_cell_results(config, cell, manifest, test_sets, source)
+
+
+class ConvergenceCheckFailed(StepFailed):
+    """A cell's F1 on its convergence check's dev set is below the check's: it is not scored on any other set."""
+
+
+def convergence_record(config: ComparisonConfig, cell: Cell) -> dict | None:
+    """The cell's convergence check as its results record it: the dev set, the F1 it asks and the F1 reached (None
+    until that set is evaluated)."""
+    if cell.convergence_check is None:
+        return None
+    dev_set, minimum = cell.convergence_check
+    metrics = read_json(CellLayout(config, cell).eval(dev_set) / "eval_metrics.json")
+    f1 = None if metrics is None else round(metrics["f1"], 2)
+    return {"set": dev_set, "min_f1": minimum, "f1": f1, "passed": None if f1 is None else f1 >= minimum}
+
+
+def _check_convergence(config: ComparisonConfig, cell: Cell, manifest: Mapping, names: Mapping[str, Path]) -> None:
+    """Evaluates the cell's convergence check's dev set where not done yet, and raises `ConvergenceCheckFailed` where
+    its F1 is below the check's."""
+    if cell.convergence_check is None:
+        return
+    dev_set = cell.convergence_check[0]
+    if not (CellLayout(config, cell).eval(dev_set) / MEASUREMENTS_FILE).is_file():
+        _evaluate(config, cell, manifest, dev_set, names)
+    check = convergence_record(config, cell)
+    if not check["passed"]:
+        raise ConvergenceCheckFailed(
+            f"F1 {check['f1']:.1f} on {dev_set}, below the {check['min_f1']:g} the cell must reach before any test "
+            "set: its training budget needs revisiting before it is scored (docs/long_document_decision_rule.md)."
+        )
 
 
 def run_comparison(config: ComparisonConfig, grid: Sequence[Cell] | None = None) -> list[str]:
@@ -396,7 +429,7 @@ def write_cell_results(
     attempts = read_json(layout.train_log) or []
     converted = read_json(layout.model / "config.json") or {}
     conversion = read_json(layout.model / "conversion_report.json") or {}
-    per_device, accumulation = batch_sizes(config, cell.max_seq_length)
+    per_device, accumulation = batch_sizes(config, cell)
     names = recorded_names(config, source)
     # The commands as they ran (the planned ones for steps that have not run yet), as the results record them.
     planned_minutes = estimated_train_minutes(config, cell, manifest)
@@ -417,7 +450,7 @@ def write_cell_results(
             "negative_window_rate": recipe.negative_window_rate,
             "mixed_precision": _trained_precision(attempts, config),
             "eval_mixed_precision": config.eval_mixed_precision,
-            "effective_batch_size": config.effective_batch_size,
+            "effective_batch_size": recipe.effective_batch_size,
             "per_device_train_batch_size": per_device,
             "gradient_accumulation_steps": accumulation,
             "warmup_ratio": config.warmup_ratio,
@@ -428,6 +461,7 @@ def write_cell_results(
             "threads": config.threads,
             "max_train_samples": recipe.max_train_samples,
             "max_eval_samples": config.max_eval_samples,
+            **({} if recipe.max_train_steps is None else {"max_train_steps": recipe.max_train_steps}),
         },
         "source_model": _distilled_source(config, cell, source)
         if cell.distilled_from
@@ -446,6 +480,7 @@ def write_cell_results(
             "machines": list(dict.fromkeys(a["machine"] for a in attempts if a.get("machine"))),
         },
         "sets": sets,
+        **({} if cell.convergence_check is None else {"convergence_check": convergence_record(config, cell)}),
         "finished": is_saved_model(layout.trained_model) and len(done) == len(test_sets),
         "commands": [
             _model_command(config, cell, source, names),

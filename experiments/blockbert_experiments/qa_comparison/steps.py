@@ -39,7 +39,7 @@ def train_args(config: ComparisonConfig, cell: Cell, manifest: Mapping, train_mi
     """The `examples/run_qa.py` arguments of a cell's fine-tuning (without `--resume`)."""
     layout = CellLayout(config, cell)
     recipe = cell_recipe(config, cell)
-    per_device, accumulation = batch_sizes(config, cell.max_seq_length)
+    per_device, accumulation = batch_sizes(config, cell)
     steps = estimated_steps(config, cell, manifest)
     checkpoint_every = max(1, math.floor(steps * config.checkpoint_minutes / max(train_minutes, 1e-9)))
     args = [
@@ -86,6 +86,8 @@ def train_args(config: ComparisonConfig, cell: Cell, manifest: Mapping, train_mi
         ]  # fmt: skip
     if recipe.max_train_samples is not None:
         args += ["--max_train_samples", str(recipe.max_train_samples)]
+    if recipe.max_train_steps is not None:
+        args += ["--max_train_steps", str(recipe.max_train_steps)]
     return args + _worker_args(config)
 
 
