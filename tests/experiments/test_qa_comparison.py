@@ -336,7 +336,7 @@ def test_the_recipe_report_tables_the_screening_then_the_epoch_curve_and_states_
     assert "**Choice**: `question_prefixed_blocks`, positions restarting in every block." in layout_part
     # The objective's rule is written before its runs, with the command that runs them on the recipe chosen here.
     objective_part = layout_part.split("## The long model's training objective")[1]
-    assert "A tie goes to `window`. Fixed before either run." in objective_part
+    assert "A tie goes to `window`." in objective_part
     assert "No objective run has results yet." in objective_part and "**Choice**: not yet" in objective_part
     assert f"run --grid objective --recipe_dir {tmp_path} --data_dir $DATA_DIR" in objective_part
     # The comparison then trains on the recipe chosen here.
@@ -1094,7 +1094,7 @@ def test_the_notes_name_the_demos_test_articles_and_the_cells_that_were_only_con
     assert demo_note({"paragraph": {"titles": ["Not_in_the_demo"], "article": [0], "ids": []}}) == ""
     full, blockwise = ({"cell": vars(cell)} for cell in TABLE4_SEEDS[:2])  # converted only
     note = weights_note({"a": blockwise, "b": full})
-    assert note.startswith("**Converted and fine-tuned") and "Every cell here starts" in note and "Table 4" in note
+    assert note.startswith("**Converted and fine-tuned") and "every cell here starts" in note and "Table 4" in note
     assert "Table 4" not in weights_note({"b": full})  # full attention alone: no blockwise model to compare at N = 512
     assert weights_note({}) == ""
 

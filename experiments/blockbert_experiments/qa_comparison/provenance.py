@@ -85,10 +85,6 @@ def recipe_settings(entry: Mapping) -> dict[str, str]:
     }
 
 
-def _cells_text(names: Sequence[str]) -> str:
-    return ", ".join(f"`{name}`" for name in names)
-
-
 def recipe_section(results: Mapping[str, dict]) -> str:
     """The README's Recipe section: one row per setting where every cell ran the same, else one row per value naming
     its cells (the largest group last, as "the other cells")."""
@@ -105,15 +101,13 @@ def recipe_section(results: Mapping[str, dict]) -> str:
             elif index == len(ordered) - 1:
                 cells = f"the other {len(names)}"
             else:
-                cells = _cells_text(names)
+                cells = ", ".join(f"`{name}`" for name in names)
             rows.append(f"| {setting if index == 0 else ''} | {value} | {cells} |")
     if not rows:
         return "## Recipe\n\nNo cell has results yet.\n"
     return (
-        "## Recipe\n\nWhat each cell ran, as its `results.json` records it (`recipe`, `cell`, the window scoring of "
-        "its sets, the machines it trained on): one row per setting where all cells agree, else a row per value with "
-        "the cells that ran it. Each cell is evaluated on the sets of the Results table with windows of its own N; "
-        "eval time is the forward pass per question, peak memory the evaluating process's RSS high-water mark.\n\n"
+        "## Recipe\n\nWhat each cell ran, as its `results.json` records it: a row per value where cells differ. Eval "
+        "time is the forward pass per question, peak memory the evaluating process's RSS high-water mark.\n\n"
         "| setting | value | cells |\n|---|---|---|\n" + "\n".join(rows) + "\n"
     )
 
@@ -257,39 +251,32 @@ def driver_commands(results: Mapping[str, dict], config: ComparisonConfig, grid:
 # ---- what the test data and the starting weights let one conclude
 
 TEST_HALF_NOTE = (
-    "**The test half was evaluated during early development.** Earlier versions of this comparison (other recipes "
-    "and configurations) were scored on it before the dev articles were held out of the first half for choosing the "
-    "recipe ([qa_recipe](../qa_recipe/README.md)), so the test half is not untouched by the choices made since."
+    "**The test half was evaluated during early development**, before the dev articles were held out for choosing "
+    "the recipe ([qa_recipe](../qa_recipe/README.md))."
 )
-
-
-def _demo_titles(repository: Path) -> list[str]:
-    path = repository / DEMO_TRAINING_FILE
-    if not path.is_file():
-        return []
-    with gzip.open(path, "rt", encoding="utf-8") as file:
-        return [article["title"] for article in json.load(file)["data"]]
 
 
 def demo_note(questions: Mapping[str, dict], repository: Path = REPO_ROOT) -> str:
     """Which of the demo's training articles are test articles here, with their `paragraph` questions; empty where
     none is (or the demo's file or the question list is missing)."""
-    demo = _demo_titles(repository)
+    path = repository / DEMO_TRAINING_FILE
+    if not path.is_file():
+        return ""
+    with gzip.open(path, "rt", encoding="utf-8") as file:
+        demo = [article["title"] for article in json.load(file)["data"]]
     tested = {title for entry in questions.values() for title in entry.get("titles", [])}
     shared = [title for title in demo if title in tested]
     if not shared:
         return ""
     count = ""
-    if "paragraph" in questions and questions["paragraph"].get("titles"):
-        titles = questions["paragraph"]["titles"]
-        articles = questions["paragraph"]["article"]
+    if questions.get("paragraph", {}).get("titles"):
+        titles, articles = questions["paragraph"]["titles"], questions["paragraph"]["article"]
         inside = sum(titles[article] in shared for article in articles)
         count = f", with {inside:,} of the {len(articles):,} `paragraph` questions"
     return (
-        f"**The demo trains on test articles.** `make demo` (`experiments/demo.py`) fine-tunes on the {len(demo)} "
-        f"SQuAD v1.1 dev articles of `{DEMO_TRAINING_FILE.as_posix()}`; {len(shared)} of them "
-        f"({', '.join(shared)}) are test articles here{count}. The cells here never train on them, but a model "
-        "fine-tuned by the demo must not be scored on these sets."
+        f"**The demo trains on test articles**: of the {len(demo)} articles `make demo` fine-tunes on, "
+        f"{len(shared)} of them ({', '.join(shared)}) are test articles here{count}. Do not score a demo model on "
+        "these sets."
     )
 
 
@@ -298,22 +285,13 @@ def weights_note(results: Mapping[str, dict]) -> str:
     makes the comparison at N = 512; empty without cells."""
     if not results:
         return ""
-    blockwise_512 = any(
-        entry["cell"]["max_seq_length"] == 512 and entry["cell"]["attention_pattern"] != "full"
-        for entry in results.values()
-    )
     text = (
-        "**Converted and fine-tuned, not pre-trained with their attention.** Every cell here starts from an encoder "
-        "pre-trained with full attention, converted to its attention pattern and fine-tuned: no blockwise "
-        "pre-training or adaptation (continued masked-LM training with the cell's own attention, "
-        "`experiments/adaptation.py`) came in between, so every head that reads another block learns that role "
-        "from fine-tuning alone."
+        "**Converted and fine-tuned, not pre-trained with their attention** (no adaptation, "
+        "`experiments/adaptation.py`): every cell here starts from an encoder pre-trained with full attention, so "
+        "heads that read another block learn it from fine-tuning alone."
     )
-    if blockwise_512:
-        text += (
-            " The comparison at N = 512 is therefore a study of converted, fine-tuned models, not a replication of "
-            "the paper's Table 4, whose models are each pre-trained with their own attention."
-        )
+    if any(e["cell"]["max_seq_length"] == 512 and e["cell"]["attention_pattern"] != "full" for e in results.values()):
+        text += " At N = 512 this is not a replication of the paper's Table 4."
     return text
 
 
@@ -323,4 +301,4 @@ def reading_notes(results: Mapping[str, dict], questions: Mapping[str, dict]) ->
     if any(entry["cell"].get("eval_half", "second") == "second" for entry in results.values()):
         notes.append(TEST_HALF_NOTE)
     notes += [note for note in (demo_note(questions), weights_note(results)) if note]
-    return "## Reading these results\n\n" + "\n\n".join(notes) + "\n" if notes else ""
+    return "## Reading these results\n\n" + "\n\n".join(f"- {note}" for note in notes) + "\n" if notes else ""

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from blockbert_hf.model.pipeline_question_answering import WINDOW_SCORING_RULES
 from blockbert_hf.saving import write_file_atomically
+from blockbert_hf.train.model_card import markdown_table
 
 from .grid import (
     EPOCHS_GRID,
@@ -19,38 +20,30 @@ from .grid import (
     SCREENING_NEGATIVE_RATE,
     ComparisonConfig,
 )
-from .report import _table, load_results
+from .provenance import PRECISION
+from .report import load_results
 
 
 logger = logging.getLogger(__name__)
 
 DEV_SETS = ("dev_paragraph", "dev_window_512", "dev_article")
+# The rules, each fixed before its runs.
 CHOICE_RULE = (
-    "The learning rate is the one with the highest dev F1 averaged over the three dev sets (each question's own "
-    "paragraph, its context filled to one 512-token window, and its whole article) under the null-relative window "
-    "scoring; the window scoring rule is the one with the higher whole-article dev F1 at that learning rate. Both "
-    "rules were fixed before any run. The test half is not read."
+    "Rule: the learning rate with the highest dev F1 (null-relative scoring) averaged over the three dev sets, then "
+    "the window scoring rule with the higher whole-article dev F1 at that rate. The test half is not read."
 )
 EPOCHS_RULE = (
-    "The number of epochs is the one of 2, 3 and 4 after which one 4-epoch run at the chosen learning rate (its linear "
-    "schedule over the 4 epochs) scores the highest F1 on the dev questions with their context filled to one 512-token "
-    "window (one window per question: both window scoring rules answer alike); a tie goes to fewer epochs. A shorter "
-    "count is then trained on its own schedule, which anneals the rate sooner than the 4-epoch run had at that epoch, "
-    "so the rule leans towards 4 epochs while the curve still rises. Fixed before the run."
+    "Rule: of 2, 3 and 4 epochs, the count after which one 4-epoch run at the chosen rate scores the highest "
+    "dev_window_512 F1; a tie goes to fewer epochs."
 )
-
 LAYOUT_RULE = (
-    "The long model's window layout is the one of the two runs at N = 1024 (BlockBERT n = 2, 10:2, one epoch at the "
-    "chosen learning rate) with the higher dev F1 averaged over the three dev sets under the chosen window scoring; a "
-    "tie goes to the question first. Fixed before either run."
+    "Rule: of two runs at N = 1024 (n = 2, 10:2, one epoch at the chosen rate), the layout with the higher dev F1 "
+    "averaged over the three dev sets under the chosen scoring; a tie goes to the question first."
 )
 OBJECTIVE_RULE = (
-    "The long model's training objective is the one of two runs at N = 1024 (BlockBERT n = 2, 10:2, the question "
-    "prefixed to every block, positions restarting in every block, the chosen learning rate and number of epochs) "
-    "with the higher dev F1 averaged over the three dev sets under the chosen window scoring: one start/end softmax "
-    "over the whole window, whose first [CLS] is the null label (`window`, the objective of every run above), or one "
-    "per block, each block's own [CLS] labelled null where the answer is elsewhere (`per_block`, the [CLS] that the "
-    "null-relative scoring reads). A tie goes to `window`. Fixed before either run."
+    "Rule: of two runs at N = 1024 (n = 2, 10:2, question-prefixed blocks, the chosen rate and epochs), the objective "
+    "with the higher mean dev F1 under the chosen scoring: one softmax over the window (`window`) or one per block, "
+    "each block's [CLS] the null label (`per_block`). A tie goes to `window`."
 )
 
 
@@ -87,7 +80,7 @@ def _row(name: str, results: Mapping) -> list[str]:
         f"{recipe.get('num_train_epochs', float('nan')):g}",
         "-" if loss is None else f"{loss:.3f}",
         _train_minutes(train),
-        {"no": "fp32", "bf16": "bf16 autocast"}.get(recipe.get("mixed_precision"), recipe.get("mixed_precision", "-")),
+        PRECISION.get(recipe.get("mixed_precision"), recipe.get("mixed_precision", "-")),
     ]
     for set_name in DEV_SETS:
         measured = results["sets"].get(set_name)
@@ -240,7 +233,7 @@ def apply_recipe_choice(config: ComparisonConfig) -> ComparisonConfig:
 
 def _runs_table(header: list[str], runs: Mapping[str, Mapping], what: str) -> str:
     rows = [_row(name, entry) for name, entry in runs.items()]
-    return _table(header, rows) if rows else f"No {what} run has results yet.\n"
+    return markdown_table(header, rows) if rows else f"No {what} run has results yet.\n"
 
 
 def _choice_text(made: str | None, missing: str) -> str:
@@ -253,13 +246,10 @@ def _screening_section(config: ComparisonConfig, runs: RecipeRuns, header: list[
     return [
         "# Choosing the fine-tuning recipe on the dev articles",
         "",
-        "Full attention at N = 512 from all-MiniLM-L6-v2, one epoch at each learning rate, trained on the first "
-        "half's questions (the three dev articles held out) with their whole article as context: every window that "
-        f"holds the answer, and windows without it kept at rate {SCREENING_NEGATIVE_RATE} (labelled null). Batch "
-        f"{config.effective_batch_size}, linear schedule with {config.warmup_ratio:.0%} warmup, training in the "
-        "precision the table gives (bf16 autocast or fp32), evaluation in fp32. Each model is evaluated on the dev "
-        "articles' questions, scored under both window scoring rules (the same logits). The training minutes are wall "
-        "time on the machine each run trained on (listed below the commands).",
+        "Full attention at N = 512, one epoch per learning rate on the first half's whole articles (dev articles "
+        f"held out; windows without the answer kept at rate {SCREENING_NEGATIVE_RATE}), batch "
+        f"{config.effective_batch_size}, {config.warmup_ratio:.0%} warmup; dev F1 under both window scoring rules. "
+        "Train minutes: wall time on the machine listed under the commands.",
         "",
         CHOICE_RULE,
         "",
@@ -284,7 +274,9 @@ def _epochs_section(runs: RecipeRuns, header: list[str]) -> list[str]:
         "",
         "After each epoch:",
         "",
-        _table(epoch_header, _epoch_rows(runs.epoch_runs)) if runs.epoch_runs else "No epoch run has results yet.\n",
+        markdown_table(epoch_header, _epoch_rows(runs.epoch_runs))
+        if runs.epoch_runs
+        else "No epoch run has results yet.\n",
         "At the end of the run:",
         "",
         _runs_table(header, runs.epoch_runs, "epoch"),
@@ -377,11 +369,5 @@ def write_recipe_report(config: ComparisonConfig) -> dict:
         *_commands_section(config, runs),
     ]
     write_file_atomically(Path(config.results_dir) / "README.md", "\n".join(text))
-    return {
-        "cells": list(runs.found),
-        "choice": runs.choice,
-        "epochs": runs.epochs,
-        "layout": runs.layout,
-        "objective": runs.objective,
-        "pending": runs.pending,
-    }
+    choices = {key: getattr(runs, key) for key in ("choice", "epochs", "layout", "objective", "pending")}
+    return {"cells": list(runs.found), **choices}

