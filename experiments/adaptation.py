@@ -69,23 +69,20 @@ def _blockwise(blocks: int, heads: str, *extra: str) -> tuple[str, ...]:
     return ("--attention_pattern", "blockwise", "--num_blocks", str(blocks), "--heads_per_shift", heads, *extra)
 
 
+def _long_n2(heads: str) -> Pattern:
+    """N = 1024 as two blocks of the source's 512 positions, each block restarting them."""
+    options = _blockwise(2, heads, "--block_relative_positions")
+    description = f"N = 1024, n = 2 blocks of 512 ({heads}), positions restarting in each block"
+    return Pattern(f"n1024_n2_{heads.replace(':', '-')}", 1024, options, description)
+
+
 # In the order they run: the control and n = 2 at N first (the pair a QA comparison needs most), then the long model.
 PATTERNS = (
     Pattern("full_n512", 512, ("--attention_pattern", "full"), "full attention at N = 512 (the control)"),
     Pattern("n512_n2_10-2", 512, _blockwise(2, "10:2"), "N = 512, n = 2 (10:2)"),
-    Pattern(
-        "n1024_n2_10-2",
-        1024,
-        _blockwise(2, "10:2", "--block_relative_positions"),
-        "N = 1024, n = 2 blocks of 512 (10:2), positions restarting in each block",
-    ),
+    _long_n2("10:2"),
     Pattern("n512_n3_8-2-2", 512, _blockwise(3, "8:2:2"), "N = 512, n = 3 (8:2:2)"),
-    Pattern(
-        "n1024_n2_9-3",
-        1024,
-        _blockwise(2, "9:3", "--block_relative_positions"),
-        "N = 1024, n = 2 blocks of 512 (9:3), positions restarting in each block",
-    ),
+    _long_n2("9:3"),
 )
 RUN_NAMES = (REFERENCE, *(pattern.name for pattern in PATTERNS))
 
@@ -97,7 +94,7 @@ class AdaptationArguments:
     output_dir: str = option("outputs/adaptation", "converted/, runs/RUN/, results")
     source_model: str | None = option(None, "BERT/RoBERTa folder to convert (default: the installed all-MiniLM-L6-v2)")
     document_boundary: str = option("file", "as run_mlm.py's (the corpus's: file)")
-    runs: list[str] = field(default_factory=lambda: list(RUN_NAMES), metadata={"help": f"some of {RUN_NAMES}"})
+    runs: list[str] = option(list(RUN_NAMES), f"some of {RUN_NAMES}")
     reference_tokens: int = option(2_000_000, "the head-only run's budget, B x N tokens")
     adaptation_tokens: int = option(5_000_000, "each pattern run's budget, B x N tokens")
     tokens_per_batch: int = option(32768, "B x N per optimizer step, for every run")
@@ -164,13 +161,11 @@ def schedule(args: AdaptationArguments, name: str) -> dict[str, int]:
     tokens = args.reference_tokens if name == REFERENCE else args.adaptation_tokens
     steps = -(-tokens // args.tokens_per_batch)
     eval_steps = max(1, math.ceil(steps / args.evaluations))
-    checkpointing = args.checkpointing_steps or eval_steps
-    return {
-        "steps": steps,
-        "eval_steps": eval_steps,
+    intervals = {
         "logging_steps": max(1, eval_steps // 5),
-        "checkpointing_steps": checkpointing,
+        "checkpointing_steps": args.checkpointing_steps or eval_steps,
     }
+    return {"steps": steps, "eval_steps": eval_steps, **intervals}
 
 
 def convert_args(args: AdaptationArguments, source: str | Path) -> list[str]:

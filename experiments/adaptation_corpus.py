@@ -54,12 +54,10 @@ class CorpusArguments:
     )
     output_dir: str = option("outputs/adaptation_corpus", "train/, held_out/, manifest")
     tokenizer: str | None = option(None, "tokenizer folder the manifest counts in (default: the installed MiniLM's)")
-    dev_titles: list[str] = field(
-        default_factory=lambda: list(DEFAULT_DEV_TITLES),
-        metadata={
-            "help": "first-half SQuAD articles left out (the QA comparison's dev articles; add the demo's held-out "
-            "article, Sky_(United_Kingdom), to keep it unseen)"
-        },
+    dev_titles: list[str] = option(
+        list(DEFAULT_DEV_TITLES),
+        "first-half SQuAD articles left out (the QA comparison's dev articles; add the demo's held-out article, "
+        "Sky_(United_Kingdom), to keep it unseen)",
     )
     overwrite: bool = option(False, "replace an existing output_dir")
 

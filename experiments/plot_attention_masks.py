@@ -14,7 +14,7 @@ picture shows the code's behaviour. matplotlib is imported only when a figure is
 import logging
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -152,10 +152,7 @@ def save_attention_mask_figure(
 
 @dataclass
 class PlotArguments:
-    heads_per_shift: list[str] = field(
-        default_factory=lambda: ["10:2", "8:2:2"],
-        metadata={"help": "one figure per head split, in the paper's notation (n = number of counts)"},
-    )
+    heads_per_shift: list[str] = option(["10:2", "8:2:2"], "one figure per head split, in the paper's notation")
     sequence_length: int = option(24, "tokens shown (N of the tiny model drawn)")
     output_dir: str = option("docs/figures", "where the PNG files go")
 

@@ -67,7 +67,7 @@ class ComparisonArguments:
     learning_rate: float = 5e-4
     max_eval_sequences: int = 256
     eval_steps: int = 512
-    runs: list[str] = field(default_factory=lambda: list(RUNS), metadata={"help": f"some of {', '.join(RUNS)}"})
+    runs: list[str] = option(list(RUNS), f"some of {', '.join(RUNS)}")
     launcher: str = option(DEFAULT_LAUNCHER, "command that starts examples/run_mlm.py")
     extra_args: str = option("", "more run_mlm.py options for every run (they win)")
     dry_run: bool = option(False, "print the commands only")

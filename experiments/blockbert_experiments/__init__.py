@@ -15,7 +15,10 @@ EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
 
 
 def option(default, help_text: str):
-    """A command-line option of an `HfArgumentParser` dataclass: its default and its `--help` text."""
+    """A command-line option of an `HfArgumentParser` dataclass: its default (a list: a copy per instance) and its
+    `--help` text."""
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata={"help": help_text})
     return field(default=default, metadata={"help": help_text})
 
 

@@ -28,6 +28,7 @@ from blockbert_hf.saving import (
     write_file_atomically,
     write_json_atomically,
 )
+from blockbert_hf.train.model_card import markdown_table
 from blockbert_hf.train.qa.data import split_squad_articles
 
 from . import option
@@ -55,36 +56,23 @@ NO_DEV_SPLIT = "none"  # `--dev_titles none`: the command line cannot give an em
 class LongContextConfig:
     """What `build_long_context_sets` builds (lengths are context tokens under the given tokenizer)."""
 
-    sets: list[str] = field(
-        default_factory=lambda: list(SET_FAMILIES),
-        metadata={
-            "help": "Which set families to build, any of: train (`train_<N>`), train_article, dev (`dev_paragraph`, "
-            "`dev_window_<T>`, `dev_article`), paragraph, sweep (`sweep_<T>`), window (`window_<T>`), article."
-        },
+    sets: list[str] = option(
+        list(SET_FAMILIES),
+        "Which set families to build, any of: train (`train_<N>`), train_article, dev (`dev_paragraph`, "
+        "`dev_window_<T>`, `dev_article`), paragraph, sweep (`sweep_<T>`), window (`window_<T>`), article.",
     )
-    dev_titles: list[str] = field(
-        default_factory=lambda: list(DEFAULT_DEV_TITLES),
-        metadata={
-            "help": "Titles of first-half articles held out of every training set as the dev half (recipe "
-            "selection). The default names three SQuAD v1.1 dev articles of median size (about 110 questions and "
-            "4,000 tokens each), so a dev evaluation over whole articles is cheap. They are held out even when `dev` "
-            "is not in --sets. `none`: no dev split."
-        },
+    dev_titles: list[str] = option(
+        list(DEFAULT_DEV_TITLES),
+        "Titles of first-half articles held out of every training set as the dev half (recipe selection; by default "
+        "three of median size, about 110 questions and 4,000 tokens each), even when `dev` is not in --sets. `none`: "
+        "no dev split.",
     )
-    train_lengths: list[int] = field(
-        default_factory=lambda: [512, 1024, 2048],
-        metadata={"help": "N of each training set `train_<N>` (first half, contexts filled to N tokens)."},
+    train_lengths: list[int] = option([512, 1024, 2048], "N of each `train_<N>` set (contexts filled to N tokens).")
+    sweep_lengths: list[int] = option(
+        [512, 1024, 2048, 4096, 8192], "T of each `sweep_<T>` test set (the same questions, contexts filled to T)."
     )
-    sweep_lengths: list[int] = field(
-        default_factory=lambda: [512, 1024, 2048, 4096, 8192],
-        metadata={"help": "T of each `sweep_<T>` test set (the same questions, contexts filled to T tokens)."},
-    )
-    window_lengths: list[int] = field(
-        default_factory=lambda: [512],
-        metadata={
-            "help": "T of each `window_<T>` test set and `dev_window_<T>` dev set (every question, its context "
-            "filled so that question, special tokens and context fit one window of T tokens)."
-        },
+    window_lengths: list[int] = option(
+        [512], "T of each `window_<T>` and `dev_window_<T>` set (question and context fill one window of T tokens)."
     )
     sweep_questions: int = option(600, "Questions in every sweep set (seeded choice).")
     article_questions: int = option(1000, "Questions in the `article` set (seeded choice, whole article as context).")
@@ -341,16 +329,11 @@ def length_stats(sets: list[LongContextSet], tokenizer: PreTrainedTokenizerBase)
 def stats_table(stats: dict[str, dict]) -> str:
     """The stats as a markdown table."""
     rows = [
-        "| set | T | questions | articles | median | p10 | p90 | max |",
-        "|---|---|---|---|---|---|---|---|",
+        [f"`{name}`", "-" if row["target_tokens"] is None else row["target_tokens"], f"{row['questions']:,}"]
+        + [row["articles"], *(f"{row[key]:,.0f}" for key in ("median", "p10", "p90")), f"{row['max']:,}"]
+        for name, row in stats.items()
     ]
-    for name, row in stats.items():
-        target = row["target_tokens"] if row["target_tokens"] is not None else "-"
-        rows.append(
-            f"| `{name}` | {target} | {row['questions']:,} | {row['articles']} | {row['median']:,.0f} | "
-            f"{row['p10']:,.0f} | {row['p90']:,.0f} | {row['max']:,} |"
-        )
-    return "\n".join(rows) + "\n"
+    return markdown_table(["set", "T", "questions", "articles", "median", "p10", "p90", "max"], rows)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ options) and the recipe and batch sizes a cell trains with. What each grid measu
 """
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 
 from blockbert_hf.train.qa.objective import check_qa_objective
 
@@ -291,16 +291,12 @@ class ComparisonConfig:
     distilled_dir: str | None = option(None, "the self-distilled encoders by name (results/distillation/README.md)")
     distillation_temperature: float = option(2.0, "T of the task-distilled cells")
     distillation_alpha: float = option(0.5, "the distillation loss's share of the task-distilled cells' loss")
-    cells: list[str] = field(
-        default_factory=list,
-        metadata={
-            "help": "run only these cells (default all): "
-            + "; ".join(f"{name}: {', '.join(c.name for c in cells)}" for name, cells in GRIDS.items())
-        },
+    cells: list[str] = option(
+        [],
+        "run only these cells (default all): "
+        + "; ".join(f"{name}: {', '.join(c.name for c in cells)}" for name, cells in GRIDS.items()),
     )
-    test_sets: list[str] = field(
-        default_factory=list, metadata={"help": "evaluate only these sets (default: every test set of data_dir)"}
-    )
+    test_sets: list[str] = option([], "evaluate only these sets (default: every test set of data_dir)")
     dry_run: bool = option(False, "print the plan with time estimates and stop")
     threads: int = option(2, "CPU threads of each step (OMP_NUM_THREADS)")
     preprocessing_num_workers: int | None = option(
