@@ -227,8 +227,8 @@ DISTILLED_TABLE4_GRID: tuple[Cell, ...] = (
 
 # Stage B (results/distillation/stage_b, the decision rule's sixth amendment): N = 1024 over whole articles, sliding
 # windows of 512 against n = 2 from the self-distilled encoder with the question prefixed to both blocks: 10:2, and 12:0
-# (no head reads the other block: the lower bound). Every arm trains the recipe chosen on the dev articles, one epoch of
-# every whole-article training question at batch 16; the dev sets first, then the verdict's set.
+# (no head reads the other block: the lower bound). Every arm trains one epoch of every whole-article training question
+# at the learning and negative rates chosen on the dev articles, batch 16; the dev sets first, then the verdict's set.
 STAGE_B_TRAINING = dict(learning_rate=2e-4, num_train_epochs=1.0, effective_batch_size=16, group_by_length=False)
 STAGE_B_SETS = ("dev_window_512", "dev_article", "article")
 # The sliding-windows cells' F1 before any test set: within single windows, and over whole articles (the null's test).

@@ -184,7 +184,7 @@ def run_cell(
 
 
 class ConvergenceCheckFailed(StepFailed):
-    """A cell's F1 on its convergence check's dev set is below the check's: it is not scored on any other set."""
+    """A cell's F1 on a dev set of its convergence check is below the check's: it is not scored on any other set."""
 
 
 def convergence_record(config: ComparisonConfig, cell: Cell) -> dict | None:
