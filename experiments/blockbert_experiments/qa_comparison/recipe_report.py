@@ -249,7 +249,7 @@ def _screening_section(config: ComparisonConfig, runs: RecipeRuns, header: list[
         "Full attention at N = 512, one epoch per learning rate on the first half's whole articles (dev articles "
         f"held out; windows without the answer kept at rate {SCREENING_NEGATIVE_RATE}), batch "
         f"{config.effective_batch_size}, {config.warmup_ratio:.0%} warmup; dev F1 under both window scoring rules. "
-        "Train minutes: wall time on the machine listed under the commands.",
+        "Train minutes: wall time on the machine listed under the commands. Each rule below was fixed before its runs.",
         "",
         CHOICE_RULE,
         "",
