@@ -18,7 +18,7 @@ from blockbert_experiments.qa_comparison.grid import (
 )
 from blockbert_experiments.qa_comparison.layout import MEASUREMENTS_FILE, CellLayout
 from blockbert_experiments.qa_comparison.runner import _convert, write_grid_report
-from blockbert_experiments.qa_comparison.stage_b_report import stage_b_verdict
+from blockbert_experiments.qa_comparison.stage_b_report import failed_baseline_checks, stage_b_verdict
 from blockbert_experiments.qa_comparison.steps import train_args
 from blockbert_hf.model.configuration_blockbert import BlockBertConfig
 
@@ -189,3 +189,18 @@ def _difference(value: float, low: float, high: float, status: str = "resolved")
 def test_the_stage_b_verdict_follows_the_rule(d, d_prime, verdict):
     differences = {"D": d} if d_prime is None else {"D": d, "D'": d_prime}
     assert stage_b_verdict(differences)["verdict"] == verdict
+
+
+def _checked_cell(name: str, seed: int, passed: bool | None) -> dict:
+    sets = [{"set": "dev_window_512", "min_f1": 45.0, "f1": 50.0 if passed else 43.3, "passed": passed}]
+    return {"cell": {"name": f"{name}_seed{seed}"}, "convergence_check": {"sets": sets, "passed": passed}}
+
+
+def test_a_sliding_windows_cell_that_failed_its_check_ends_stage_b_and_a_blockbert_one_does_not():
+    arms = {
+        "sliding": {0: _checked_cell("n512_full_article", 0, True), 1: _checked_cell("n512_full_article", 1, False)},
+        "10:2": {0: _checked_cell("n1024_n2_10-2_distilled", 0, False)},
+    }
+    assert [failed["cell"] for failed in failed_baseline_checks(arms)] == ["n512_full_article_seed1"]
+    arms["sliding"][1] = _checked_cell("n512_full_article", 1, None)  # not checked yet
+    assert failed_baseline_checks(arms) == []

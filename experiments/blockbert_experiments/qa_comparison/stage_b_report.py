@@ -91,7 +91,18 @@ def stage_b_summary(config: ComparisonConfig, arms: Mapping[str, Mapping[int, di
         {name: by_set[VERDICT_SET] for name, by_set in differences.items() if VERDICT_SET in by_set}
     )
     cells = [cell["cell"]["name"] for entry in arms.values() for cell in entry.values()]
-    return {"cells": cells, "arms": table, "differences": differences, "verdict": verdict}
+    ended_by = failed_baseline_checks(arms)
+    return {"cells": cells, "arms": table, "differences": differences, "verdict": verdict, "ended_by": ended_by}
+
+
+def failed_baseline_checks(arms: Mapping[str, Mapping[int, dict]]) -> list[dict]:
+    """The sliding-windows cells that failed their convergence check: under the sixth amendment, any one of them ends
+    Stage B without a verdict on the CPU."""
+    return [
+        {"cell": cell["cell"]["name"], "seed": seed, "sets": cell["convergence_check"]["sets"]}
+        for seed, cell in sorted(arms.get("sliding", {}).items())
+        if (cell.get("convergence_check") or {}).get("passed") is False
+    ]
 
 
 def _check_text(check: Mapping | None) -> str:
@@ -143,6 +154,20 @@ def _difference_table(summary: Mapping) -> str:
 
 def _verdict_text(summary: Mapping) -> str:
     verdict = summary["verdict"]
+    if summary["ended_by"]:
+        failures = "; ".join(
+            f"`{failed['cell']}`: "
+            + ", ".join(
+                f"F1 {number_text(s['f1'])} on `{s['set']}` against its {s['min_f1']:g}" for s in failed["sets"]
+            )
+            for failed in summary["ended_by"]
+        )
+        return (
+            f"**No verdict on the CPU.** The sliding-windows baseline failed its convergence check ({failures}), so no "
+            f"test set was read and, as the [sixth amendment]({SIXTH_AMENDMENT}) fixed before the run, Stage B ends "
+            "here: no further amendment changes its budget. The commands below for sets that were not evaluated are "
+            "the planned ones."
+        )
     if verdict is None:
         return "No verdict yet: `D` needs BlockBERT 10:2 and sliding windows on `article`."
     low, high = verdict["D_interval"]
