@@ -575,9 +575,9 @@ def test_run_end_to_end_then_resume_redoes_only_what_is_missing(tiny_setup, monk
     calls = []
     run_step = comparison_runner.run_step
 
-    def recording_run_step(cfg, script, args):
+    def recording_run_step(cfg, script, args, **options):
         calls.append([script, *args])
-        return run_step(cfg, script, args)
+        return run_step(cfg, script, args, **options)
 
     monkeypatch.setattr(comparison_runner, "run_step", recording_run_step)
     assert run_comparison(config, grid) == []
@@ -1156,8 +1156,8 @@ def test_stage_a_of_the_distillation_comparison_reads_the_dev_articles_first_on_
 
 
 def test_the_prefixed_stage_a_arm_restarts_positions_in_two_blocks_of_256_of_the_distilled_encoder(tmp_path):
-    from blockbert_experiments.qa_comparison.distilled import STARTING_MODEL_FILE
     from blockbert_experiments.qa_comparison.grid import DISTILLED_ENCODER_N512, DISTILLED_TABLE4_GRID
+    from blockbert_experiments.qa_comparison.layout import STARTING_MODEL_FILE
     from blockbert_experiments.qa_comparison.runner import _convert
 
     cells = {cell.name: cell for cell in DISTILLED_TABLE4_GRID}

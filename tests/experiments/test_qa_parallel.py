@@ -8,8 +8,7 @@ import pytest
 from transformers import HfArgumentParser
 
 from blockbert_experiments.qa_comparison.grid import ComparisonConfig
-from blockbert_experiments.qa_comparison.parallel import cell_command, config_args, run_in_parallel
-from blockbert_experiments.qa_comparison.runner import _run_in_parallel
+from blockbert_experiments.qa_comparison.runner import _run_in_parallel, cell_command, run_in_parallel
 
 
 def _parse(args: list[str]) -> ComparisonConfig:
@@ -36,7 +35,8 @@ def test_a_cell_process_gets_the_runs_options_for_that_cell_alone():
     assert command[2] == "run"
     expected = replace(config, cells=["n512_full_seed1"], jobs=1, report_after_each_cell=False)
     assert _parse(command[3:]) == expected
-    assert config_args(ComparisonConfig()) == []  # only what differs from the defaults is passed
+    passed = cell_command(ComparisonConfig(), "n512_full_seed0")[3:]  # only what differs from the defaults
+    assert passed == ["--cells", "n512_full_seed0", "--report_after_each_cell", "False"]
 
 
 class _FakeProcess:

@@ -79,18 +79,13 @@ class Cell:
         return f"N={self.max_seq_length} {model}, seed {self.seed}{trained}{objective}{distilled}{teacher}"
 
     def record(self) -> dict:
-        """The cell as its results file records it (`distilled_from` and `teacher` only where set, so that the
-        configurations of cells recorded before those fields existed keep their keys)."""
-        fields = asdict(self)
-        for name in ("distilled_from", "teacher"):
-            if fields[name] is None:
-                del fields[name]
-        if fields["group_by_length"]:
-            del fields["group_by_length"]  # likewise: recorded only where a cell trains on batches drawn at random
-        for name in ("max_train_samples", "effective_batch_size", "max_train_steps", "convergence_check"):
-            if fields[name] is None:
-                del fields[name]  # and only where a cell sets its own subset, batch, steps or check
-        return fields
+        """The cell as its results file records it: the fields added since the first cells were recorded only where a
+        cell sets them, so that those cells' records keep their keys."""
+        optional = ("distilled_from", "teacher", "max_train_samples", "effective_batch_size", "max_train_steps")
+        left_out = [name for name in (*optional, "convergence_check") if getattr(self, name) is None]
+        if self.group_by_length:
+            left_out.append("group_by_length")  # likewise: recorded only where a cell draws its batches at random
+        return {name: value for name, value in asdict(self).items() if name not in left_out}
 
 
 # The comparison, on the recipe chosen on the dev articles (`--recipe_dir`), in two arms: Table 4 in small (N = 512,
@@ -98,33 +93,23 @@ class Cell:
 # N = 1024 and 2048, trained on whole articles with negatives sampled as in the screening).
 TABLE4_SETS = ("paragraph", "window_512")
 LONG_SETS = ("paragraph", "window_512", "article", "sweep_512", "sweep_1024", "sweep_2048", "sweep_4096", "sweep_8192")
-
-
-def _table4_cell(name: str, pattern: str, num_blocks=1, heads=None, seed=0) -> Cell:
-    return Cell(name, 512, pattern, num_blocks, heads, seed, train_set="train_512", eval_sets=TABLE4_SETS)
-
-
-def _long_arm_cell(name: str, length: int, pattern: str, num_blocks=1, heads=None, seed=0, eval_sets=LONG_SETS):
-    return Cell(
-        name, length, pattern, num_blocks, heads, seed, train_set="train_article",
-        negative_window_rate=SCREENING_NEGATIVE_RATE, eval_sets=eval_sets,
-    )  # fmt: skip
-
+TABLE4 = dict(train_set="train_512", eval_sets=TABLE4_SETS)
+LONG_ARM = dict(train_set="train_article", negative_window_rate=SCREENING_NEGATIVE_RATE)
 
 # In priority order: what goes when time runs short is dropped from the end. N = 2048 uses n = 4: blocks of 512, each
 # within the source's 512 position rows.
 GRID: tuple[Cell, ...] = (
-    _long_arm_cell("n512_full_article_seed0", 512, "full"),
-    _long_arm_cell("n512_full_article_seed1", 512, "full", seed=1, eval_sets=("paragraph", "window_512", "article")),
-    _table4_cell("n512_full_seed0", "full"),
-    _table4_cell("n512_n2_10-2_seed0", "blockwise", 2, "10:2"),
-    _table4_cell("n512_full_seed1", "full", seed=1),
-    _table4_cell("n512_n2_10-2_seed1", "blockwise", 2, "10:2", seed=1),
-    _table4_cell("n512_n3_8-2-2_seed0", "blockwise", 3, "8:2:2"),
-    _long_arm_cell("n1024_n2_10-2", 1024, "blockwise", 2, "10:2"),
-    _long_arm_cell("n2048_n4_6-2-2-2", 2048, "blockwise", 4, "6:2:2:2"),
-    _table4_cell("n512_sparse_fixed", "sparse_fixed"),
-    _table4_cell("n512_n3_8-2-2_seed1", "blockwise", 3, "8:2:2", seed=1),
+    Cell("n512_full_article_seed0", 512, "full", **LONG_ARM, eval_sets=LONG_SETS),
+    Cell("n512_full_article_seed1", 512, "full", seed=1, **LONG_ARM, eval_sets=("paragraph", "window_512", "article")),
+    Cell("n512_full_seed0", 512, "full", **TABLE4),
+    Cell("n512_n2_10-2_seed0", 512, "blockwise", 2, "10:2", **TABLE4),
+    Cell("n512_full_seed1", 512, "full", seed=1, **TABLE4),
+    Cell("n512_n2_10-2_seed1", 512, "blockwise", 2, "10:2", seed=1, **TABLE4),
+    Cell("n512_n3_8-2-2_seed0", 512, "blockwise", 3, "8:2:2", **TABLE4),
+    Cell("n1024_n2_10-2", 1024, "blockwise", 2, "10:2", **LONG_ARM, eval_sets=LONG_SETS),
+    Cell("n2048_n4_6-2-2-2", 2048, "blockwise", 4, "6:2:2:2", **LONG_ARM, eval_sets=LONG_SETS),
+    Cell("n512_sparse_fixed", 512, "sparse_fixed", **TABLE4),
+    Cell("n512_n3_8-2-2_seed1", 512, "blockwise", 3, "8:2:2", seed=1, **TABLE4),
 )
 
 
@@ -136,15 +121,14 @@ SCREENING_LEARNING_RATES = (1e-4, 2e-4, 5e-5, 3e-4)
 def _dev_cell(name: str, **settings) -> Cell:
     """A recipe cell: full attention at N = 512 on whole articles, evaluated on the dev articles (unless `settings`
     say otherwise)."""
-    defaults = dict(max_seq_length=512, attention_pattern="full", train_set="train_article", eval_half="dev")
-    return Cell(name, **{**defaults, "negative_window_rate": SCREENING_NEGATIVE_RATE, **settings})
+    defaults = dict(max_seq_length=512, attention_pattern="full", eval_half="dev", **LONG_ARM)
+    return Cell(name, **{**defaults, **settings})
 
 
-def _screening(learning_rate: float) -> Cell:
-    return _dev_cell(f"dev_n512_full_lr{learning_rate:g}", learning_rate=learning_rate, num_train_epochs=1.0)
-
-
-RECIPE_GRID: tuple[Cell, ...] = tuple(_screening(rate) for rate in SCREENING_LEARNING_RATES)
+RECIPE_GRID: tuple[Cell, ...] = tuple(
+    _dev_cell(f"dev_n512_full_lr{rate:g}", learning_rate=rate, num_train_epochs=1.0)
+    for rate in SCREENING_LEARNING_RATES
+)
 
 # Then the epochs at the chosen rate: one run of the longest count, evaluated after every epoch (instead of one run per
 # count).
@@ -157,72 +141,49 @@ EPOCHS_GRID: tuple[Cell, ...] = (
     ),
 )
 
-
 # Then the long model's window layout at N = 1024 (n = 2, 10:2): the question first with positions running on, against
 # the question prefixed to every block with positions restarting in each.
-def _layout(name: str, window_layout: str, block_relative_positions: bool) -> Cell:
-    return _dev_cell(
-        f"dev_n1024_n2_{name}", max_seq_length=1024, attention_pattern="blockwise", num_blocks=2,
-        heads_per_shift="10:2", num_train_epochs=1.0, window_layout=window_layout,
-        block_relative_positions=block_relative_positions,
-    )  # fmt: skip
-
-
+N1024_N2 = dict(max_seq_length=1024, attention_pattern="blockwise", num_blocks=2, heads_per_shift="10:2")
+PREFIXED = dict(window_layout="question_prefixed_blocks", block_relative_positions=True)
 LAYOUT_GRID: tuple[Cell, ...] = (
-    _layout("question_first", "question_first", False),
-    _layout("prefixed_blocks", "question_prefixed_blocks", True),
+    _dev_cell("dev_n1024_n2_question_first", **N1024_N2, num_train_epochs=1.0),
+    _dev_cell("dev_n1024_n2_prefixed_blocks", **N1024_N2, num_train_epochs=1.0, **PREFIXED),
 )
-
-
 # Last, its training objective (question-prefixed blocks): one softmax over the window against one per block.
-def _objective(qa_objective: str) -> Cell:
-    return _dev_cell(
-        f"dev_n1024_n2_objective_{qa_objective}", max_seq_length=1024, attention_pattern="blockwise", num_blocks=2,
-        heads_per_shift="10:2", window_layout="question_prefixed_blocks", block_relative_positions=True,
-        qa_objective=qa_objective,
-    )  # fmt: skip
-
-
-OBJECTIVE_GRID: tuple[Cell, ...] = (_objective("window"), _objective("per_block"))
+OBJECTIVE_GRID: tuple[Cell, ...] = tuple(
+    _dev_cell(f"dev_n1024_n2_objective_{objective}", **N1024_N2, **PREFIXED, qa_objective=objective)
+    for objective in ("window", "per_block")
+)
 
 
 # The distillation comparison's Stage A (results/distillation/stage_a, docs/distillation.md): (a) full attention and
 # (b) n = 2 converted, (c) n = 2 from the self-distilled encoder, (d) (c) task-distilled from (a), (e) (c) and (f) (b)
 # with the question prefixed to both blocks; the dev articles first, then the Table-4 sets.
 DISTILLED_ENCODER_N512 = "minilm-n512-distilled"  # results/distillation/parts: its bf16 parts and restore command
-STAGE_A_RECIPE = dict(learning_rate=2e-4, num_train_epochs=2.0)
 STAGE_A_SETS = ("dev_paragraph", "dev_window_512", *TABLE4_SETS)
-
-
-def _stage_a_cell(name: str, pattern: str, num_blocks=1, heads=None, seed=0, **distillation) -> Cell:
-    cell = _table4_cell(name, pattern, num_blocks, heads, seed)
-    return replace(cell, eval_sets=STAGE_A_SETS, **STAGE_A_RECIPE, **distillation)
-
-
+STAGE_A = dict(TABLE4, eval_sets=STAGE_A_SETS, learning_rate=2e-4, num_train_epochs=2.0)
 # Prefixed, a filled context can overflow into a short window without the answer: batches grouped by length gather
 # those, so these cells draw their batches at random.
-PREFIXED_BLOCKS = dict(window_layout="question_prefixed_blocks", block_relative_positions=True, group_by_length=False)
+PREFIXED_BLOCKS = dict(PREFIXED, group_by_length=False)
 
 
 def _stage_a_distilled(name: str, seed: int, task_distilled: bool = False, prefixed: bool = False) -> Cell:
-    teacher = "n512_full_seed0" if task_distilled else None
+    distilled = dict(distilled_from=DISTILLED_ENCODER_N512, teacher="n512_full_seed0" if task_distilled else None)
     layout = PREFIXED_BLOCKS if prefixed else {}
-    return _stage_a_cell(
-        name, "blockwise", 2, "10:2", seed, distilled_from=DISTILLED_ENCODER_N512, teacher=teacher, **layout
-    )
+    return Cell(name, 512, "blockwise", 2, "10:2", seed, **STAGE_A, **distilled, **layout)
 
 
 DISTILLED_TABLE4_GRID: tuple[Cell, ...] = (
-    _stage_a_cell("n512_full_seed0", "full"),  # (a), also (d)'s teacher
-    _stage_a_cell("n512_n2_10-2_seed0", "blockwise", 2, "10:2"),  # (b)
+    Cell("n512_full_seed0", 512, "full", **STAGE_A),  # (a), also (d)'s teacher
+    Cell("n512_n2_10-2_seed0", 512, "blockwise", 2, "10:2", **STAGE_A),  # (b)
     _stage_a_distilled("n512_n2_10-2_distilled_seed0", 0, task_distilled=False),  # (c)
     _stage_a_distilled("n512_n2_10-2_distilled_kd_seed0", 0, task_distilled=True),  # (d)
-    _stage_a_cell("n512_full_seed1", "full", seed=1),
+    Cell("n512_full_seed1", 512, "full", seed=1, **STAGE_A),
     _stage_a_distilled("n512_n2_10-2_distilled_seed1", 1, task_distilled=False),  # only if (c) is chosen
     _stage_a_distilled("n512_n2_10-2_distilled_kd_seed1", 1, task_distilled=True),  # only if (d) is chosen
     _stage_a_distilled("n512_n2_10-2_distilled_prefixed_seed0", 0, prefixed=True),  # (e)
     _stage_a_distilled("n512_n2_10-2_distilled_prefixed_seed1", 1, prefixed=True),  # only if (e) is chosen
-    _stage_a_cell("n512_n2_10-2_prefixed_seed0", "blockwise", 2, "10:2", **PREFIXED_BLOCKS),  # (f)
+    Cell("n512_n2_10-2_prefixed_seed0", 512, "blockwise", 2, "10:2", **STAGE_A, **PREFIXED_BLOCKS),  # (f)
 )
 
 # Stage B (results/distillation/stage_b, the decision rule's sixth amendment): N = 1024 over whole articles, sliding
@@ -230,25 +191,19 @@ DISTILLED_TABLE4_GRID: tuple[Cell, ...] = (
 # (no head reads the other block: the lower bound). Every arm trains one epoch of every whole-article training question
 # at the learning and negative rates chosen on the dev articles, batch 16; the dev sets first, then the verdict's set.
 STAGE_B_TRAINING = dict(learning_rate=2e-4, num_train_epochs=1.0, effective_batch_size=16, group_by_length=False)
-STAGE_B_SETS = ("dev_window_512", "dev_article", "article")
+STAGE_B = dict(LONG_ARM, eval_sets=("dev_window_512", "dev_article", "article"), **STAGE_B_TRAINING)
 # The sliding-windows cells' F1 before any test set: within single windows, and over whole articles (the null's test).
 STAGE_B_CONVERGENCE_CHECK = (("dev_window_512", 45.0), ("dev_article", 43.0))
-
-
-def _stage_b_sliding(seed: int) -> Cell:
-    cell = _long_arm_cell(f"n512_full_article_seed{seed}", 512, "full", seed=seed, eval_sets=STAGE_B_SETS)
-    return replace(cell, **STAGE_B_TRAINING, convergence_check=STAGE_B_CONVERGENCE_CHECK)
+STAGE_B_SLIDING = dict(STAGE_B, convergence_check=STAGE_B_CONVERGENCE_CHECK)
 
 
 def _stage_b_blockbert(heads: str, seed: int) -> Cell:
     name = f"n1024_n2_{heads.replace(':', '-')}_distilled_seed{seed}"
-    cell = _long_arm_cell(name, 1024, "blockwise", 2, heads, seed, eval_sets=STAGE_B_SETS)
-    layout = dict(window_layout="question_prefixed_blocks", block_relative_positions=True)
-    return replace(cell, **STAGE_B_TRAINING, **layout, distilled_from=DISTILLED_ENCODER_N512)
+    return Cell(name, 1024, "blockwise", 2, heads, seed, **STAGE_B, **PREFIXED, distilled_from=DISTILLED_ENCODER_N512)
 
 
 DISTILLED_LONG_GRID: tuple[Cell, ...] = (
-    *(_stage_b_sliding(seed) for seed in (0, 1, 2)),
+    *(Cell(f"n512_full_article_seed{seed}", 512, "full", seed=seed, **STAGE_B_SLIDING) for seed in (0, 1, 2)),
     *(_stage_b_blockbert("10:2", seed) for seed in (0, 1, 2)),
     _stage_b_blockbert("12:0", 0),
 )
@@ -352,11 +307,8 @@ def grid_cells(config: ComparisonConfig) -> tuple[Cell, ...]:
             "--long_qa_objective per_block trains every block against its own null token: it needs "
             f"--long_window_layout question_prefixed_blocks, not {config.long_window_layout!r}."
         )
-    layout = dict(
-        window_layout=config.long_window_layout,
-        block_relative_positions=config.long_block_relative_positions,
-        qa_objective=config.long_qa_objective,
-    )
+    options = ("window_layout", "block_relative_positions", "qa_objective")
+    layout = {name: getattr(config, f"long_{name}") for name in options}
     return tuple(
         replace(cell, **layout) if cell.max_seq_length > 512 and cell.attention_pattern == "blockwise" else cell
         for cell in GRID
@@ -376,11 +328,8 @@ class Recipe:
 
 
 def cell_recipe(config: ComparisonConfig, cell: Cell) -> Recipe:
-    def chosen(name: str):
-        value = getattr(cell, name)
-        return getattr(config, name) if value is None else value
-
-    return Recipe(*map(chosen, (field.name for field in fields(Recipe))))
+    own = {field.name: getattr(cell, field.name) for field in fields(Recipe)}
+    return Recipe(**{name: getattr(config, name) if value is None else value for name, value in own.items()})
 
 
 def select_cells(names: Sequence[str], grid: Sequence[Cell] = GRID) -> list[Cell]:

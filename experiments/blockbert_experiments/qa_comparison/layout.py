@@ -1,13 +1,15 @@
 """Where the inputs and files are: the sets' manifest, a cell's training file and folders (`CellLayout`), the source
-model, and the names the recorded commands give the folders outside the repository."""
+model, and the names the recorded commands give the folders outside the repository. A cell that starts from a
+self-distilled encoder (`Cell.distilled_from`, a folder of `--distilled_dir`) gets a copy of it instead of a conversion
+of the source (`prepare_distilled_model`)."""
 
 import json
-import os
+import shutil
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-from blockbert_hf.saving import sha256_of_file
+from blockbert_hf.model.configuration_blockbert import BlockBertConfig, parse_heads_per_shift
+from blockbert_hf.saving import atomic_directory, sha256_of_file
 from blockbert_hf.train.qa.data import split_squad_articles
 
 from ..minilm import MINILM_VARIABLE, installed_minilm
@@ -20,53 +22,30 @@ WORK_DIR_VARIABLE = "$WORK_DIR"
 DISTILLED_DIR_VARIABLE = "$DISTILLED_DIR"  # the self-distilled encoders' folder (examples/distill_blockbert.py)
 DATA_DIR_VARIABLE = "$DATA_DIR"
 SQUAD_DEV = "SQuAD v1.1 dev (dev-v1.1.json.gz, CC BY-SA 4.0)"
+STARTING_MODEL_FILE = "adapted_from.json"  # in a distilled cell's model folder (the file name existing folders use)
+WEIGHTS = "model.safetensors"
 
 
-@dataclass
 class CellLayout:
-    """Where a cell's files go."""
+    """Where a cell's files go; `teacher_model` and `teacher_logits` are None for a cell without a task teacher."""
 
-    config: ComparisonConfig
-    cell: Cell
-
-    @property
-    def model(self) -> Path:
-        return Path(self.config.work_dir) / "models" / self.cell.model_name
-
-    @property
-    def train(self) -> Path:
-        return Path(self.config.work_dir) / "cells" / self.cell.name / "train"
-
-    @property
-    def trained_model(self) -> Path:
-        return self.train / "model"
-
-    @property
-    def train_log(self) -> Path:
-        return Path(self.config.work_dir) / "cells" / self.cell.name / "train_attempts.json"
+    def __init__(self, config: ComparisonConfig, cell: Cell):
+        work, results = Path(config.work_dir), Path(config.results_dir)
+        self.model = work / "models" / cell.model_name
+        self.folder = work / "cells" / cell.name
+        self.train = self.folder / "train"
+        self.trained_model = self.train / "model"
+        self.train_log = self.folder / "train_attempts.json"
+        self.results = results / cell.name
+        # A task-distilled cell's teacher (a cell of the same grid): its fine-tuned model, and its logits over the
+        # cell's training windows, cached in fp16 (a few MB, committed with the results: a later session needs no
+        # teacher weights).
+        logits = f"{cell.teacher}-{cell.training_set}-N{cell.max_seq_length}-{cell.qa_objective}.safetensors"
+        self.teacher_model = work / "cells" / cell.teacher / "train" / "model" if cell.teacher else None
+        self.teacher_logits = results / "teacher_logits" / logits if cell.teacher else None
 
     def eval(self, test_set: str) -> Path:
-        return Path(self.config.work_dir) / "cells" / self.cell.name / "eval" / test_set
-
-    @property
-    def results(self) -> Path:
-        return Path(self.config.results_dir) / self.cell.name
-
-    @property
-    def teacher_model(self) -> Path | None:
-        """The fine-tuned model of a task-distilled cell's teacher (a cell of the same grid)."""
-        if not self.cell.teacher:
-            return None
-        return Path(self.config.work_dir) / "cells" / self.cell.teacher / "train" / "model"
-
-    @property
-    def teacher_logits(self) -> Path | None:
-        """Where a task-distilled cell's teacher logits are cached (fp16, a few MB, committed with the results so that
-        a later session needs no teacher weights): one file per teacher and training windows."""
-        if not self.cell.teacher:
-            return None
-        windows = f"{self.cell.training_set}-N{self.cell.max_seq_length}-{self.cell.qa_objective}"
-        return Path(self.config.results_dir) / "teacher_logits" / f"{self.cell.teacher}-{windows}.safetensors"
+        return self.folder / "eval" / test_set
 
 
 def read_manifest(config: ComparisonConfig) -> dict:
@@ -157,12 +136,76 @@ def recorded_names(config: ComparisonConfig, source: Path) -> dict[str, Path]:
     return names
 
 
-def command_path(path: Path) -> str:
-    """A path as the steps are given it: relative to the current folder where possible."""
-    try:
-        return os.path.relpath(path)
-    except ValueError:
-        return str(path)
+def check_distilled_models(config: ComparisonConfig, cells: Sequence[Cell]) -> None:
+    """Refuses, before any work, cells whose distilled encoder is missing (or a run without --distilled_dir)."""
+    starting = [cell for cell in cells if cell.distilled_from]
+    if starting and not config.distilled_dir:
+        names = ", ".join(cell.name for cell in starting)
+        raise ValueError(
+            f"Cells {names} start from models named by their distilled_from: pass --distilled_dir, the folder that "
+            "holds the self-distilled encoders by name."
+        )
+    folder = Path(config.distilled_dir or "")
+    missing = sorted({c.distilled_from for c in starting if not (folder / c.distilled_from / WEIGHTS).is_file()})
+    if missing:
+        raise FileNotFoundError(
+            f"{config.distilled_dir} has no distilled encoder {', '.join(missing)}: rebuild it from its committed "
+            "parts (`python experiments/weight_parts.py restore ...`, results/distillation/README.md) or distil it "
+            "with examples/distill_blockbert.py."
+        )
+
+
+def prepare_distilled_model(config: ComparisonConfig, cell: Cell, target: Path) -> dict:
+    """Copies the cell's distilled encoder to `target` (atomically) with the cell's attention fields where they differ
+    from the encoder's (a `ValueError` where they do not give the cell's N); returns what `STARTING_MODEL_FILE`
+    records."""
+    source = Path(config.distilled_dir or "") / cell.distilled_from
+    model_config = BlockBertConfig.from_pretrained(source)
+    wanted = {key: getattr(cell, key) for key in ("attention_pattern", "num_blocks", "block_relative_positions")}
+    if cell.heads_per_shift:
+        wanted["heads_per_shift"] = parse_heads_per_shift(cell.heads_per_shift)
+    overrides = {key: value for key, value in wanted.items() if getattr(model_config, key) != value}
+    if "num_blocks" in overrides and "heads_per_shift" not in overrides:
+        overrides["heads_per_shift"] = None  # the default split of the new n
+    if overrides.get("block_relative_positions"):
+        # Positions restarting in each block: the blocks of the cell's N (a block-relative block size would
+        # otherwise default to all the position rows, and N to n times them).
+        overrides["block_size"] = cell.max_seq_length // cell.num_blocks
+    if overrides:
+        fields = {**model_config.to_dict(), **overrides}
+        if ("num_blocks" in overrides or "block_relative_positions" in overrides) and "block_size" not in overrides:
+            fields["block_size"] = None  # re-derived for the new blocks
+        model_config = BlockBertConfig.from_dict(fields)
+    if model_config.max_sequence_length != cell.max_seq_length:
+        changed = f" (with {overrides})" if overrides else ""
+        raise ValueError(
+            f"Cell {cell.name} has N = {cell.max_seq_length} but its distilled encoder {source} has N = "
+            f"{model_config.max_sequence_length}{changed}: start it from an encoder of its own N."
+        )
+    record = {**planned_record(cell), "sha256": sha256_of_file(source / WEIGHTS), "config_overrides": overrides}
+    with atomic_directory(target) as staging:
+        for path in source.iterdir():
+            if path.is_file() and path.name != "config.json":
+                shutil.copy2(path, staging / path.name)
+        (staging / STARTING_MODEL_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        model_config.save_pretrained(staging)  # config.json last: it marks the model as saved
+    return record
+
+
+def planned_record(cell: Cell) -> dict:
+    """What `STARTING_MODEL_FILE` records, before the copy is made (its overrides not known yet)."""
+    path = f"{DISTILLED_DIR_VARIABLE}/{cell.distilled_from}"
+    return {"distilled": cell.distilled_from, "path": path, "config_overrides": {}}
+
+
+def copy_command(record: dict, model: str) -> str:
+    """The line the recorded commands give the copy (a shell comment: no script makes it)."""
+    overrides = ", ".join(f"{key} {value}" for key, value in record["config_overrides"].items())
+    made = (
+        f"python experiments/weight_parts.py restore --manifest results/distillation/parts/{record['distilled']}"
+        f".parts.json --output_dir {record['path']} ..., as results/distillation/README.md rebuilds it"
+    )
+    return f"# {model}: a copy of {record['path']} ({made})" + (f" with {overrides}" if overrides else "")
 
 
 def is_saved_model(folder: Path) -> bool:

@@ -14,30 +14,21 @@ report to --results_dir. Needs the sets of experiments/build_long_context_qa.py 
 import argparse
 import logging
 import shlex
+import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 from transformers import HfArgumentParser
 
 from blockbert_benchmarks.measuring.machine import machine_description, recorded_command, recorded_path
-from blockbert_hf.saving import (
-    OutputOverwritesInputError,
-    check_output_keeps_inputs,
-    sha256_of_file,
-    write_json_atomically,
-)
+from blockbert_hf.saving import check_output_keeps_inputs, sha256_of_file, write_json_atomically
 from blockbert_hf.train.runs import HelpFormatter, list_checkpoints, read_metrics
 
 from .distillation_report import write_stage_a_report
-from .distilled import (
-    STARTING_MODEL_FILE,
-    check_distilled_models,
-    copy_command,
-    planned_record,
-    prepare_distilled_model,
-)
 from .grid import (
     PARAGRAPHS,
     RECIPE_GRIDS,
@@ -51,10 +42,15 @@ from .grid import (
 )
 from .layout import (
     MEASUREMENTS_FILE,
+    STARTING_MODEL_FILE,
     CellLayout,
     cell_sets,
+    check_distilled_models,
     check_squad_source,
+    copy_command,
     is_saved_model,
+    planned_record,
+    prepare_distilled_model,
     read_json,
     read_manifest,
     recorded_names,
@@ -62,7 +58,6 @@ from .layout import (
     test_set_names,
     training_file,
 )
-from .parallel import cell_command, run_in_parallel
 from .plan import estimated_train_minutes, format_plan, plan_comparison
 from .recipe_report import apply_recipe_choice, write_recipe_report
 from .report import write_report
@@ -72,6 +67,8 @@ from .steps import StepFailed, check_step, command_line, convert_args, eval_args
 
 
 logger = logging.getLogger(__name__)
+
+SCRIPT = Path(__file__).resolve().parents[2] / "qa_comparison.py"
 
 
 def _train(config: ComparisonConfig, cell: Cell, manifest: Mapping, names: Mapping[str, Path]) -> None:
@@ -91,12 +88,8 @@ def _train(config: ComparisonConfig, cell: Cell, manifest: Mapping, names: Mappi
         "returncode": None,
     }
     write_json_atomically(layout.train_log, [*attempts, attempt])
-    result = run_step(config, "run_qa.py", args)
-    attempt.update(
-        returncode=result.returncode,
-        seconds=round(result.seconds, 1),
-        peak_rss_mb=None if result.peak_rss_mb is None else round(result.peak_rss_mb, 1),
-    )
+    result = run_step(config, "run_qa.py", args, check=False)
+    attempt.update(returncode=result.returncode, seconds=result.seconds, peak_rss_mb=result.peak_rss_mb)
     write_json_atomically(layout.train_log, [*attempts, attempt])
     check_step(result, "run_qa.py", args)
 
@@ -110,12 +103,8 @@ def _evaluate(
     if folder.exists():  # what an interrupted evaluation left: start that set over
         args.append("--overwrite_output_dir")
     result = run_step(config, "run_qa.py", args)
-    check_step(result, "run_qa.py", args)
-    measurements = {
-        "command": command_line("run_qa.py", args, names),
-        "wall_seconds": round(result.seconds, 1),
-        "peak_rss_mb": None if result.peak_rss_mb is None else round(result.peak_rss_mb, 1),
-    }
+    command = command_line("run_qa.py", args, names)
+    measurements = {"command": command, "wall_seconds": result.seconds, "peak_rss_mb": result.peak_rss_mb}
     write_json_atomically(folder / MEASUREMENTS_FILE, measurements)
 
 
@@ -126,11 +115,9 @@ def _convert(config: ComparisonConfig, cell: Cell, source: Path) -> None:
     if is_saved_model(model):
         return
     if cell.distilled_from:
-        record = prepare_distilled_model(config, cell, model)
-        logger.info(copy_command(record, str(model)))
+        logger.info(copy_command(prepare_distilled_model(config, cell, model), str(model)))
     else:
-        args = convert_args(config, cell, source)
-        check_step(run_step(config, "convert_roberta_to_blockbert.py", args), "convert_roberta_to_blockbert.py", args)
+        run_step(config, "convert_roberta_to_blockbert.py", convert_args(config, cell, source))
 
 
 def _write_students_logits(
@@ -147,11 +134,10 @@ def _write_students_logits(
         minutes = estimated_train_minutes(config, student, manifest)
         args = [*train_args(config, student, manifest, minutes), "--teacher_logits_only"]
         result = run_step(config, "run_qa.py", args)
-        check_step(result, "run_qa.py", args)
         record = {
             "command": command_line("run_qa.py", args, recorded_names(config, source)),
             "machine": machine_description(),
-            "seconds": round(result.seconds, 1),
+            "seconds": result.seconds,
             "sha256": sha256_of_file(logits),
         }
         write_json_atomically(logits.with_suffix(".json"), record)
@@ -165,8 +151,7 @@ def run_cell(
     source: Path,
     students: Sequence[Cell] = (),
 ) -> None:
-    """Converts, fine-tunes, writes its logits for the `students` it teaches and evaluates what is not done yet, then
-    writes the cell's results files."""
+    """Runs what the cell still needs (with its logits for the `students` it teaches), then writes its results files."""
     layout = CellLayout(config, cell)
     test_sets = cell_sets(manifest, test_sets, cell)
     names = recorded_names(config, source)
@@ -175,7 +160,7 @@ def run_cell(
         _train(config, cell, manifest, names)
     _write_students_logits(config, cell, students, manifest, source)
     for test_set in test_sets:
-        if manifest["sets"][test_set]["half"] != "dev":  # the dev sets come first in the manifest
+        if cell.convergence_check and manifest["sets"][test_set]["half"] != "dev":  # the dev sets come first
             _check_convergence(config, cell, manifest, names)
         if not (layout.eval(test_set) / MEASUREMENTS_FILE).is_file():
             _evaluate(config, cell, manifest, test_set, names)
@@ -187,11 +172,9 @@ class ConvergenceCheckFailed(StepFailed):
     """A cell's F1 on a dev set of its convergence check is below the check's: it is not scored on any other set."""
 
 
-def convergence_record(config: ComparisonConfig, cell: Cell) -> dict | None:
+def convergence_record(config: ComparisonConfig, cell: Cell) -> dict:
     """The cell's convergence check as its results record it: per dev set the F1 it asks and the F1 reached (None
     until that set is evaluated), and whether all passed (None until all are evaluated)."""
-    if cell.convergence_check is None:
-        return None
     checks = []
     for dev_set, minimum in cell.convergence_check:
         metrics = read_json(CellLayout(config, cell).eval(dev_set) / "eval_metrics.json")
@@ -202,10 +185,7 @@ def convergence_record(config: ComparisonConfig, cell: Cell) -> dict | None:
 
 
 def _check_convergence(config: ComparisonConfig, cell: Cell, manifest: Mapping, names: Mapping[str, Path]) -> None:
-    """Evaluates the dev sets of the cell's convergence check where not done yet, and raises `ConvergenceCheckFailed`
-    where an F1 is below the check's."""
-    if cell.convergence_check is None:
-        return
+    """Evaluates the dev sets of the cell's convergence check; `ConvergenceCheckFailed` where an F1 is below it."""
     for dev_set, _ in cell.convergence_check:
         if not (CellLayout(config, cell).eval(dev_set) / MEASUREMENTS_FILE).is_file():
             _evaluate(config, cell, manifest, dev_set, names)
@@ -227,12 +207,13 @@ def run_comparison(config: ComparisonConfig, grid: Sequence[Cell] | None = None)
     test_sets = test_set_names(config, manifest)
     source = resolve_source_model(config)
     check_distilled_models(config, [cell for cell in cells if not is_saved_model(CellLayout(config, cell).model)])
-    _check_teachers(config, [cell for cell in cells if not is_saved_model(CellLayout(config, cell).trained_model)])
-    for cell in cells:  # a missing --squad_file stops the run before any work, not after the cells before it
-        layout = CellLayout(config, cell)
-        if cell.training_set == PARAGRAPHS and not is_saved_model(layout.trained_model):
-            if not training_file(config, cell, manifest).is_file():
-                check_squad_source(config, manifest)
+    untrained = [cell for cell in cells if not is_saved_model(CellLayout(config, cell).trained_model)]
+    _check_teachers(config, untrained)
+    # A missing --squad_file stops the run before any work, not after the cells before it.
+    if any(
+        cell.training_set == PARAGRAPHS and not training_file(config, cell, manifest).is_file() for cell in untrained
+    ):
+        check_squad_source(config, manifest)
     if config.jobs > 1:
         return _run_in_parallel(config, grid, cells, manifest, test_sets, source)
     failed = []
@@ -254,24 +235,21 @@ def _check_teachers(config: ComparisonConfig, cells: Sequence[Cell]) -> None:
     for position, cell in enumerate(cells):
         layout = CellLayout(config, cell)
         runs_before = config.jobs == 1 and cell.teacher in [other.name for other in cells[:position]]
-        if (
-            cell.teacher
-            and not runs_before
-            and not layout.teacher_logits.is_file()
-            and not is_saved_model(layout.teacher_model)
-        ):
-            raise FileNotFoundError(
-                f"Cell {cell.name} is task-distilled from {cell.teacher}, which has neither cached logits "
-                f"({layout.teacher_logits}) nor a fine-tuned model ({layout.teacher_model}): run --cells "
-                f"{cell.teacher} first."
-            )
+        if not cell.teacher or runs_before or layout.teacher_logits.is_file() or is_saved_model(layout.teacher_model):
+            continue
+        raise FileNotFoundError(
+            f"Cell {cell.name} is task-distilled from {cell.teacher}, which has neither cached logits "
+            f"({layout.teacher_logits}) nor a fine-tuned model ({layout.teacher_model}): run --cells {cell.teacher} "
+            "first."
+        )
 
 
 def _run_in_parallel(
     config: ComparisonConfig, grid: Sequence[Cell], cells: Sequence[Cell], manifest: Mapping, test_sets, source: Path
 ) -> list[str]:
-    """`--jobs`: converts the models one at a time, runs the cells as parallel processes, then writes the results
-    files and the report. Returns the names of the cells that failed."""
+    """`--jobs K`: converts the models one at a time, runs up to K cells at once, each as `qa_comparison.py run --cells
+    <cell>` logging to `<work_dir>/logs/`, then writes the results files and the report, so that no two processes
+    write one file. Returns the names of the cells that failed."""
     if config.in_process:
         raise ValueError("--jobs runs each cell as its own process: it cannot be combined with --in_process.")
     failed, ready = [], []
@@ -291,6 +269,55 @@ def _run_in_parallel(
     return [cell.name for cell in cells if cell.name in failed]
 
 
+def cell_command(config: ComparisonConfig, cell_name: str) -> list[str]:
+    """The command of one cell's process: this run's options for that cell alone, without the report (the options
+    that differ from the defaults)."""
+    child = replace(config, cells=[cell_name], jobs=1, report_after_each_cell=False)
+    defaults, args = ComparisonConfig(), []
+    for name, value in vars(child).items():
+        if value != getattr(defaults, name):
+            args += [f"--{name}", *(str(item) for item in (value if isinstance(value, list) else [value]))]
+    return [sys.executable, str(SCRIPT), "run", *args]
+
+
+def _launch(command: Sequence[str], log_file: Path) -> subprocess.Popen:
+    with open(log_file, "w") as log:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen(list(command), stdout=log, stderr=subprocess.STDOUT)
+
+
+def run_in_parallel(
+    commands: Mapping[str, Sequence[str]],
+    jobs: int,
+    log_dir: Path,
+    launch: Callable[[Sequence[str], Path], subprocess.Popen] = _launch,
+    poll_seconds: float = 2.0,
+) -> list[str]:
+    """Runs `commands` (name -> command), at most `jobs` at once, in their order; returns the names of those that
+    exited with a non-zero status."""
+    if jobs < 1:
+        raise ValueError(f"--jobs {jobs}: give at least 1.")
+    log_dir.mkdir(parents=True, exist_ok=True)
+    pending, running, failed = list(commands), {}, []
+    while pending or running:
+        while pending and len(running) < jobs:
+            name = pending.pop(0)
+            log_file = log_dir / f"{name}.log"
+            running[name] = launch(commands[name], log_file)
+            logger.info(f"Cell {name} started (its log: {log_file}).")
+        for name, process in list(running.items()):
+            if process.poll() is None:
+                continue
+            del running[name]
+            if process.returncode:
+                failed.append(name)
+                logger.error(f"Cell {name} failed (exit status {process.returncode}; see its log).")
+            else:
+                logger.info(f"Cell {name} finished.")
+        if running:
+            time.sleep(poll_seconds)
+    return failed
+
+
 def write_grid_report(config: ComparisonConfig, grid: Sequence[Cell] | None = None) -> dict:
     """The report of `config.grid`."""
     if config.grid in RECIPE_GRIDS:
@@ -303,14 +330,10 @@ def write_grid_report(config: ComparisonConfig, grid: Sequence[Cell] | None = No
 
 
 def _update_questions_file(config: ComparisonConfig, questions: Mapping[str, dict]) -> None:
-    """`questions.json` in the results folder: per set, the question ids and their articles that every cell's
-    `scores.json` follows."""
+    """`questions.json`: per set, the question ids and their articles that every cell's `scores.json` follows."""
     path = Path(config.results_dir) / "questions.json"
     stored = read_json(path) or {}
-    wanted = {
-        name: {"titles": entry["titles"], "article": entry["article"], "ids": entry["ids"]}
-        for name, entry in questions.items()
-    }
+    wanted = {name: {key: entry[key] for key in ("titles", "article", "ids")} for name, entry in questions.items()}
     if any(stored.get(name) != entry for name, entry in wanted.items()):
         write_json_atomically(path, {**stored, **wanted}, indent=None)
 
@@ -359,62 +382,22 @@ def _set_results(config: ComparisonConfig, cell: Cell, manifest: Mapping, test_s
     return summary, scores
 
 
-def _loss_curve(metrics_file: Path) -> list[dict]:
-    """The training loss run_qa logged (the mean over each logging interval): how far a fine-tuning run got."""
-    records = read_metrics(metrics_file) if metrics_file.is_file() else []
-    return [{"step": record["step"], "loss": round(record["loss"], 4)} for record in records if "loss" in record]
-
-
-def _epoch_evaluations(metrics_file: Path) -> list[dict]:
-    """The evaluations run_qa made after each training epoch (`--eval_strategy epoch`): epochs counted from 1."""
-    records = read_metrics(metrics_file) if metrics_file.is_file() else []
-    return [
-        {
-            "epoch": record["epoch"] + 1,
-            "step": record["step"],
-            "eval_loss": round(record["eval_loss"], 4),
-            "exact_match": round(record["eval_exact_match"], 2),
-            "f1": round(record["eval_f1"], 2),
-        }
-        for record in records
-        if "eval_f1" in record
-    ]
-
-
-def _trained_precision(attempts: Sequence[Mapping], config: ComparisonConfig) -> str:
-    """The --mixed_precision the training attempts ran with ("+"-joined; the configured one before any attempt)."""
-    used = []
-    for attempt in attempts:
-        words = shlex.split(attempt["command"])
-        if "--mixed_precision" in words and words.index("--mixed_precision") + 1 < len(words):
-            value = words[words.index("--mixed_precision") + 1]
-            used += [] if value in used else [value]
-    return "+".join(used) or config.mixed_precision
-
-
-def _distilled_source(config: ComparisonConfig, cell: Cell, source: Path) -> dict:
-    """A distilled cell's starting weights: the distilled encoder (its sha256 and the attention fields the cell
-    changed), and the source it was converted from."""
-    record = read_json(CellLayout(config, cell).model / STARTING_MODEL_FILE) or planned_record(cell)
-    return {**record, "distilled_from": record.pop("distilled"), "converted_from": recorded_path(source)}
-
-
-def _source_model(source: Path, conversion: Mapping) -> dict:
-    """The starting weights: what they are, their sha256 and the sequence length they were trained on."""
+def _starting_model(config: ComparisonConfig, cell: Cell, source: Path, names: Mapping[str, Path]) -> tuple[dict, str]:
+    """The starting weights as the results record them, and the command that made the cell's model from them: the copy
+    of a distilled encoder (its sha256 and the attention fields the cell changed), else the conversion of the source
+    (its sha256 and the sequence length it was trained on)."""
+    model = CellLayout(config, cell).model
+    if cell.distilled_from:
+        record = read_json(model / STARTING_MODEL_FILE) or planned_record(cell)
+        command = copy_command(record, recorded_command([str(model)], names))
+        return {**record, "distilled_from": record.pop("distilled"), "converted_from": recorded_path(source)}, command
     recorded = {"path": recorded_path(source)}
     if (source / "model.safetensors").is_file():
         recorded["sha256"] = sha256_of_file(source / "model.safetensors")
+    conversion = read_json(model / "conversion_report.json") or {}
     if "source_sequence_length" in conversion:
         recorded["sequence_length"] = conversion["source_sequence_length"]
-    return recorded
-
-
-def _model_command(config: ComparisonConfig, cell: Cell, source: Path, names: Mapping[str, Path]) -> str:
-    """How the cell's starting model was made: its conversion, or the copy of its distilled encoder."""
-    if cell.distilled_from:
-        record = read_json(CellLayout(config, cell).model / STARTING_MODEL_FILE) or planned_record(cell)
-        return copy_command(record, recorded_command([str(CellLayout(config, cell).model)], names))
-    return command_line("convert_roberta_to_blockbert.py", convert_args(config, cell, source), names)
+    return recorded, command_line("convert_roberta_to_blockbert.py", convert_args(config, cell, source), names)
 
 
 def write_cell_results(
@@ -431,10 +414,14 @@ def write_cell_results(
     for name in done:
         sets[name], scores[name] = _set_results(config, cell, manifest, name, questions[name])
     attempts = read_json(layout.train_log) or []
-    converted = read_json(layout.model / "config.json") or {}
-    conversion = read_json(layout.model / "conversion_report.json") or {}
+    # the --mixed_precision the training attempts ran with ("+"-joined; the configured one before any attempt)
+    ran = [shlex.split(attempt["command"]) for attempt in attempts]
+    precisions = [words[words.index("--mixed_precision") + 1] for words in ran if "--mixed_precision" in words[:-1]]
     per_device, accumulation = batch_sizes(config, cell)
     names = recorded_names(config, source)
+    source_model, model_command = _starting_model(config, cell, source, names)
+    # run_qa's log: the training loss (the mean over each logging interval) and the evaluations after each epoch
+    logged = read_metrics(layout.train / "metrics.jsonl") if (layout.train / "metrics.jsonl").is_file() else []
     # The commands as they ran (the planned ones for steps that have not run yet), as the results record them.
     planned_minutes = estimated_train_minutes(config, cell, manifest)
     train_commands = [attempt["command"] for attempt in attempts] or [
@@ -452,7 +439,7 @@ def write_cell_results(
             "learning_rate": recipe.learning_rate,
             "num_train_epochs": recipe.num_train_epochs,
             "negative_window_rate": recipe.negative_window_rate,
-            "mixed_precision": _trained_precision(attempts, config),
+            "mixed_precision": "+".join(dict.fromkeys(precisions)) or config.mixed_precision,
             "eval_mixed_precision": config.eval_mixed_precision,
             "effective_batch_size": recipe.effective_batch_size,
             "per_device_train_batch_size": per_device,
@@ -461,15 +448,13 @@ def write_cell_results(
             "schedule": "linear",
             "doc_stride": config.doc_stride,
             "attention_probs_dropout_prob": config.attention_probs_dropout_prob,
-            "hidden_dropout_prob": converted.get("hidden_dropout_prob"),
+            "hidden_dropout_prob": (read_json(layout.model / "config.json") or {}).get("hidden_dropout_prob"),
             "threads": config.threads,
             "max_train_samples": recipe.max_train_samples,
             "max_eval_samples": config.max_eval_samples,
             **({} if recipe.max_train_steps is None else {"max_train_steps": recipe.max_train_steps}),
         },
-        "source_model": _distilled_source(config, cell, source)
-        if cell.distilled_from
-        else _source_model(source, conversion),
+        "source_model": source_model,
         "train": {
             "finished": is_saved_model(layout.trained_model),
             # wall time of the attempts that ran to their end (a killed attempt's time is not known)
@@ -478,19 +463,27 @@ def write_cell_results(
             "interrupted_attempts": sum(attempt["returncode"] is None for attempt in attempts),
             "resumed_attempts": sum(attempt.get("resumed_from") is not None for attempt in attempts),
             "peak_rss_mb": max((a["peak_rss_mb"] for a in attempts if a.get("peak_rss_mb")), default=None),
-            "loss_curve": _loss_curve(layout.train / "metrics.jsonl"),
-            "epoch_evaluations": _epoch_evaluations(layout.train / "metrics.jsonl"),
+            "loss_curve": [
+                {"step": record["step"], "loss": round(record["loss"], 4)} for record in logged if "loss" in record
+            ],
+            "epoch_evaluations": [
+                {
+                    "epoch": record["epoch"] + 1,  # counted from 1
+                    "step": record["step"],
+                    "eval_loss": round(record["eval_loss"], 4),
+                    "exact_match": round(record["eval_exact_match"], 2),
+                    "f1": round(record["eval_f1"], 2),
+                }
+                for record in logged
+                if "eval_f1" in record
+            ],
             # the machines of the attempts that recorded theirs
             "machines": list(dict.fromkeys(a["machine"] for a in attempts if a.get("machine"))),
         },
         "sets": sets,
         **({} if cell.convergence_check is None else {"convergence_check": convergence_record(config, cell)}),
         "finished": is_saved_model(layout.trained_model) and len(done) == len(test_sets),
-        "commands": [
-            _model_command(config, cell, source, names),
-            *train_commands,
-            *eval_commands,
-        ],
+        "commands": [model_command, *train_commands, *eval_commands],
     }
     write_json_atomically(layout.results / "results.json", results)
     write_json_atomically(layout.results / "scores.json", scores, indent=None)
@@ -506,16 +499,11 @@ COMMANDS = ("run", "report")
 
 def build_parser() -> argparse.ArgumentParser:
     """`qa_comparison.py {run,report} [options]`: both commands take the options of `ComparisonConfig`."""
-    parser = argparse.ArgumentParser(prog="qa_comparison.py", description=__doc__, formatter_class=HelpFormatter)
+    shown = dict(description=__doc__, formatter_class=HelpFormatter)
+    parser = argparse.ArgumentParser(prog="qa_comparison.py", **shown)
     commands = parser.add_subparsers(dest="command", required=True, parser_class=HfArgumentParser)
     for command in COMMANDS:
-        commands.add_parser(
-            command,
-            dataclass_types=ComparisonConfig,
-            prog=f"qa_comparison.py {command}",
-            description=__doc__,
-            formatter_class=HelpFormatter,
-        )
+        commands.add_parser(command, dataclass_types=ComparisonConfig, prog=f"qa_comparison.py {command}", **shown)
     return parser
 
 
@@ -533,7 +521,7 @@ def main(argv=None) -> int:
             check_output_keeps_inputs(getattr(config, option[2:]), inputs, output_name=option)
         if config.recipe_dir is not None:
             config = apply_recipe_choice(config)
-    except (OutputOverwritesInputError, ValueError) as error:
+    except ValueError as error:  # an output that holds an input (OutputOverwritesInputError) or a bad recipe folder
         print(f"qa_comparison.py: {error}", file=sys.stderr)
         return 2
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)

@@ -10,13 +10,15 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from os.path import relpath
 from pathlib import Path
 
 from blockbert_benchmarks.measuring.machine import recorded_command
+from blockbert_benchmarks.measuring.memory import _reset_peak_resident_set, process_status_bytes
 
 from .. import EXAMPLES_DIR, run_example_in_process
 from .grid import Cell, ComparisonConfig, batch_sizes, cell_recipe, eval_batch_size
-from .layout import CellLayout, command_path, training_file
+from .layout import CellLayout, training_file
 from .plan import estimated_steps
 
 
@@ -26,7 +28,7 @@ logger = logging.getLogger(__name__)
 def convert_args(config: ComparisonConfig, cell: Cell, source: Path) -> list[str]:
     """The `examples/convert_roberta_to_blockbert.py` arguments of a cell's model."""
     model = CellLayout(config, cell).model
-    args = [command_path(source), command_path(model), "--max_seq_length", str(cell.max_seq_length)]
+    args = [relpath(source), relpath(model), "--max_seq_length", str(cell.max_seq_length)]
     args += ["--attention_pattern", cell.attention_pattern, "--num_blocks", str(cell.num_blocks)]
     if cell.heads_per_shift:
         args += ["--heads_per_shift", cell.heads_per_shift]
@@ -43,10 +45,10 @@ def train_args(config: ComparisonConfig, cell: Cell, manifest: Mapping, train_mi
     steps = estimated_steps(config, cell, manifest)
     checkpoint_every = max(1, math.floor(steps * config.checkpoint_minutes / max(train_minutes, 1e-9)))
     args = [
-        "--model_name_or_path", command_path(layout.model),
-        "--train_file", command_path(training_file(config, cell, manifest)),
+        "--model_name_or_path", relpath(layout.model),
+        "--train_file", relpath(training_file(config, cell, manifest)),
         "--do_train",
-        "--output_dir", command_path(layout.train),
+        "--output_dir", relpath(layout.train),
         "--seed", str(cell.seed),
         "--max_seq_length", str(cell.max_seq_length),
         "--doc_stride", str(config.doc_stride),
@@ -74,13 +76,13 @@ def train_args(config: ComparisonConfig, cell: Cell, manifest: Mapping, train_mi
     if cell.epoch_eval_set is not None:
         args += [
             "--do_eval", "--eval_strategy", "epoch",
-            "--validation_file", command_path(Path(config.data_dir) / manifest["sets"][cell.epoch_eval_set]["file"]),
+            "--validation_file", relpath(Path(config.data_dir) / manifest["sets"][cell.epoch_eval_set]["file"]),
             "--per_device_eval_batch_size", str(eval_batch_size(config, cell.max_seq_length)),
         ]  # fmt: skip
     if cell.teacher is not None:  # the teacher's logits are computed once, cached beside the results
         args += [
-            "--teacher_model_name_or_path", command_path(layout.teacher_model),
-            "--teacher_logits", command_path(layout.teacher_logits),
+            "--teacher_model_name_or_path", relpath(layout.teacher_model),
+            "--teacher_logits", relpath(layout.teacher_logits),
             "--distillation_temperature", str(config.distillation_temperature),
             "--distillation_alpha", str(config.distillation_alpha),
         ]  # fmt: skip
@@ -95,10 +97,10 @@ def eval_args(config: ComparisonConfig, cell: Cell, manifest: Mapping, test_set:
     """The `examples/run_qa.py` arguments of a cell's evaluation on one test set."""
     layout = CellLayout(config, cell)
     args = [
-        "--model_name_or_path", command_path(layout.trained_model),
-        "--validation_file", command_path(Path(config.data_dir) / manifest["sets"][test_set]["file"]),
+        "--model_name_or_path", relpath(layout.trained_model),
+        "--validation_file", relpath(Path(config.data_dir) / manifest["sets"][test_set]["file"]),
         "--do_eval",
-        "--output_dir", command_path(layout.eval(test_set)),
+        "--output_dir", relpath(layout.eval(test_set)),
         "--max_seq_length", str(cell.max_seq_length),
         "--doc_stride", str(config.doc_stride),
         "--per_device_eval_batch_size", str(eval_batch_size(config, cell.max_seq_length)),
@@ -125,57 +127,11 @@ def command_line(script: str, args: Sequence[str], names: Mapping[str, Path] | N
 
 @dataclass
 class StepResult:
-    """How a step ended: its exit status, wall seconds and peak RSS (None where it could not be measured)."""
+    """How a step ended: its exit status, wall seconds and peak RSS in MB (None where not measured), rounded to 0.1."""
 
     returncode: int
     seconds: float
     peak_rss_mb: float | None
-
-
-def _reset_peak_rss() -> bool:
-    try:
-        Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS
-        return True
-    except OSError:
-        return False
-
-
-def _peak_rss_mb() -> float | None:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return None
-
-
-def run_step(config: ComparisonConfig, script: str, args: Sequence[str]) -> StepResult:
-    """Runs `examples/<script>` with `args`: as a fresh process with `config.threads` threads (its peak RSS from
-    `wait4`), or, with `config.in_process`, by calling its `main` here (peak RSS from /proc, when it can be reset)."""
-    logger.info(f"Running: {command_line(script, args)}")
-    started = time.perf_counter()
-    if config.in_process:
-        reset = _reset_peak_rss()
-        returncode = run_example_in_process(script, args)
-        return StepResult(returncode, time.perf_counter() - started, _peak_rss_mb() if reset else None)
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": str(config.threads),
-        "MKL_NUM_THREADS": str(config.threads),
-        "HF_HUB_OFFLINE": "1",
-        "HF_DATASETS_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-    }
-    process = subprocess.Popen([sys.executable, str(EXAMPLES_DIR / script), *args], env=env)
-    try:
-        _, status, usage = os.wait4(process.pid, 0)  # wait4: this child's own high-water mark
-    except BaseException:
-        process.kill()
-        process.wait()
-        raise
-    process.returncode = os.waitstatus_to_exitcode(status)
-    return StepResult(process.returncode, time.perf_counter() - started, usage.ru_maxrss / 1024)
 
 
 class StepFailed(RuntimeError):
@@ -186,3 +142,31 @@ def check_step(result: StepResult, script: str, args: Sequence[str]) -> None:
     """Raises `StepFailed` with the command where the step did not succeed."""
     if result.returncode != 0:
         raise StepFailed(f"exit status {result.returncode}: {command_line(script, args)}")
+
+
+def run_step(config: ComparisonConfig, script: str, args: Sequence[str], check: bool = True) -> StepResult:
+    """Runs `examples/<script>` with `args`: as a fresh process with `config.threads` threads (its peak RSS from
+    `wait4`), or, with `config.in_process`, by calling its `main` here; with `check`, a failure raises `StepFailed`."""
+    logger.info(f"Running: {command_line(script, args)}")
+    started = time.perf_counter()
+    if config.in_process:  # its peak RSS from /proc, where the high-water mark can be reset
+        reset = _reset_peak_resident_set() is not None
+        returncode = run_example_in_process(script, args)
+        peak_rss_mb = process_status_bytes("VmHWM") / 2**20 if reset else None
+    else:
+        env = dict(os.environ, OMP_NUM_THREADS=str(config.threads), MKL_NUM_THREADS=str(config.threads))
+        env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+        process = subprocess.Popen([sys.executable, str(EXAMPLES_DIR / script), *args], env=env)
+        try:
+            _, status, usage = os.wait4(process.pid, 0)  # wait4: this child's own high-water mark
+        except BaseException:
+            process.kill()
+            process.wait()
+            raise
+        returncode = process.returncode = os.waitstatus_to_exitcode(status)
+        peak_rss_mb = usage.ru_maxrss / 1024
+    seconds = round(time.perf_counter() - started, 1)
+    result = StepResult(returncode, seconds, None if peak_rss_mb is None else round(peak_rss_mb, 1))
+    if check:
+        check_step(result, script, args)
+    return result
