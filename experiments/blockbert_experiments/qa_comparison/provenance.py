@@ -24,9 +24,6 @@ TOKEN_RANGES = ("train_tokens_per_batch", "eval_tokens_per_batch")  # options a 
 LAYOUTS = {"question_first": "the question first", "question_prefixed_blocks": "the question prefixed to every block"}
 
 
-# ---- the recipe each cell ran
-
-
 def _value(recipe: Mapping, key: str, text=str) -> str:
     return NOT_RECORDED if recipe.get(key) is None else text(recipe[key])
 
@@ -36,29 +33,14 @@ def _questions(recipe: Mapping, key: str) -> str:
     return NOT_RECORDED if key not in recipe else "all" if recipe[key] is None else f"the first {recipe[key]}"
 
 
-def _batch(recipe: Mapping) -> str:
-    if not recipe.get("per_device_train_batch_size"):
-        return _value(recipe, "effective_batch_size")
-    per_device, accumulation = recipe["per_device_train_batch_size"], recipe["gradient_accumulation_steps"]
-    return f"{recipe['effective_batch_size']} ({per_device} per device x {accumulation} accumulation)"
-
-
-def _dropout(recipe: Mapping) -> str:
-    if recipe.get("attention_probs_dropout_prob") is None:
-        return NOT_RECORDED
-    hidden = recipe.get("hidden_dropout_prob")
-    return f"attention {recipe['attention_probs_dropout_prob']:g}, hidden " + (
-        "as converted" if hidden is None else f"{hidden:g}"
-    )
-
-
-def _negative_windows(rate: float | None) -> str:
-    return NOT_RECORDED if rate is None else "all kept" if rate >= 1 else f"kept at rate {rate:g}"
-
-
 def recipe_settings(entry: Mapping) -> dict[str, str]:
     """What one cell ran with, as its record says it: setting -> value, in the README's words."""
     recipe, cell, machines = entry.get("recipe") or {}, entry["cell"], entry["train"].get("machines") or []
+    batch = _value(recipe, "effective_batch_size")
+    if per_device := recipe.get("per_device_train_batch_size"):
+        accumulation = recipe["gradient_accumulation_steps"]
+        batch = f"{recipe['effective_batch_size']} ({per_device} per device x {accumulation} accumulation)"
+    hidden = "as converted" if recipe.get("hidden_dropout_prob") is None else f"{recipe['hidden_dropout_prob']:g}"
     scoring = sorted(
         {measured["window_scoring"] for measured in entry["sets"].values() if "window_scoring" in measured}
     )
@@ -68,11 +50,13 @@ def recipe_settings(entry: Mapping) -> dict[str, str]:
         "starting weights": "converted, no blockwise pre-training or adaptation",
         "epochs": _value(recipe, "num_train_epochs", lambda v: f"{v:g}"),
         "learning rate": _value(recipe, "learning_rate", lambda v: f"{v:g}"),
-        "windows per optimizer step": _batch(recipe),
+        "windows per optimizer step": batch,
         "schedule": _value(recipe, "schedule", lambda v: f"{v}, {recipe.get('warmup_ratio', 0):.0%} warmup"),
-        "training windows without the answer": _negative_windows(recipe.get("negative_window_rate")),
+        "training windows without the answer": _value(
+            recipe, "negative_window_rate", lambda rate: "all kept" if rate >= 1 else f"kept at rate {rate:g}"
+        ),
         "window overlap": _value(recipe, "doc_stride", lambda v: f"{v} tokens"),
-        "dropout": _dropout(recipe),
+        "dropout": _value(recipe, "attention_probs_dropout_prob", lambda v: f"attention {v:g}, hidden {hidden}"),
         "window layout": f"{LAYOUTS.get(cell.get('window_layout'), cell.get('window_layout'))}, positions {positions}",
         "training objective": f"`{cell.get('qa_objective', 'window')}`",
         "window scoring": ", ".join(f"`{rule}`" for rule in scoring) or NOT_RECORDED,
@@ -96,12 +80,9 @@ def recipe_section(results: Mapping[str, dict]) -> str:
             groups.setdefault(settings[setting], []).append(name)
         ordered = sorted(groups.items(), key=lambda group: len(group[1]))  # stable: ties keep their first appearance
         for index, (value, names) in enumerate(ordered):
-            if len(ordered) == 1:
-                cells = f"all {len(names)}"
-            elif index == len(ordered) - 1:
-                cells = f"the other {len(names)}"
-            else:
-                cells = ", ".join(f"`{name}`" for name in names)
+            cells = ", ".join(f"`{name}`" for name in names)
+            if index == len(ordered) - 1:
+                cells = f"{'all' if len(ordered) == 1 else 'the other'} {len(names)}"
             rows.append(f"| {setting if index == 0 else ''} | {value} | {cells} |")
     if not rows:
         return "## Recipe\n\nNo cell has results yet.\n"
@@ -112,28 +93,15 @@ def recipe_section(results: Mapping[str, dict]) -> str:
     )
 
 
-# ---- the driver commands that run the cells again
-
-
 def _token_range(per_device: int, max_seq_length: int, effective: int | None = None) -> tuple[float, float]:
     """The `--train_tokens_per_batch` (with `effective`, as `batch_sizes` divides the effective batch) or
     `--eval_tokens_per_batch` values that give `per_device` windows per batch at N."""
-    if effective is None:
-        larger = per_device + 1
-    else:
-        larger = next((d for d in range(per_device + 1, effective + 1) if effective % d == 0), None)
-    return per_device * max_seq_length, larger * max_seq_length - 1 if larger else math.inf
-
-
-def _eval_batch_size(commands: Sequence[str]) -> int | None:
-    """The evaluation batch of a cell's recorded evaluation steps, where they all used one."""
-    sizes = {int(size) for line in commands for size in re.findall(r"--per_device_eval_batch_size (\d+)", line)}
-    return sizes.pop() if len(sizes) == 1 else None
+    larger = [d for d in range(per_device + 1, effective + 1) if effective % d == 0] if effective else [per_device + 1]
+    return per_device * max_seq_length, larger[0] * max_seq_length - 1 if larger else math.inf
 
 
 def run_options(entry: Mapping, grid: str) -> dict | None:
-    """The `qa_comparison.py run` options that a cell's record fixes, option -> value (a range of values for the
-    `TOKEN_RANGES` options); None where the cell has no recipe record."""
+    """The `run` options a cell's record fixes (a range of values for `TOKEN_RANGES`); None without a recipe record."""
     recipe, cell = entry.get("recipe"), entry["cell"]
     if not recipe:
         return None
@@ -148,8 +116,10 @@ def run_options(entry: Mapping, grid: str) -> dict | None:
     if recipe.get("per_device_train_batch_size") and recipe.get("effective_batch_size"):
         per_device, effective = recipe["per_device_train_batch_size"], recipe["effective_batch_size"]
         options["train_tokens_per_batch"] = _token_range(per_device, cell["max_seq_length"], effective)
-    if eval_batch := _eval_batch_size(entry.get("commands") or []):
-        options["eval_tokens_per_batch"] = _token_range(eval_batch, cell["max_seq_length"])
+    commands = entry.get("commands") or []
+    eval_batches = {int(size) for line in commands for size in re.findall(r"--per_device_eval_batch_size (\d+)", line)}
+    if len(eval_batches) == 1:  # all recorded evaluation steps used one batch
+        options["eval_tokens_per_batch"] = _token_range(eval_batches.pop(), cell["max_seq_length"])
     scoring = {measured["window_scoring"] for measured in entry["sets"].values() if "window_scoring" in measured}
     if len(scoring) == 1:
         options["window_scoring"] = scoring.pop()
@@ -216,8 +186,7 @@ def _wrapped(words: Sequence[str], width: int = 110) -> str:
 
 
 def driver_commands(results: Mapping[str, dict], config: ComparisonConfig, grid: Sequence[Cell]) -> str:
-    """The shell lines that build the test sets, run the cells with the options their records fix (one `run` per
-    group of cells that agree) and write the report."""
+    """The shell lines that build the test sets, run each group of agreeing cells as recorded and write the report."""
     lines = [
         MINILM_INSTALL,
         MINILM_DEFINITION,
@@ -248,18 +217,15 @@ def driver_commands(results: Mapping[str, dict], config: ComparisonConfig, grid:
     return "\n".join(lines) + note + "\n"
 
 
-# ---- what the test data and the starting weights let one conclude
-
 TEST_HALF_NOTE = (
     "**The test half was evaluated during early development**, before the dev articles were held out for choosing "
     "the recipe ([qa_recipe](../qa_recipe/README.md))."
 )
 
 
-def demo_note(questions: Mapping[str, dict], repository: Path = REPO_ROOT) -> str:
-    """Which of the demo's training articles are test articles here, with their `paragraph` questions; empty where
-    none is (or the demo's file or the question list is missing)."""
-    path = repository / DEMO_TRAINING_FILE
+def demo_note(questions: Mapping[str, dict]) -> str:
+    """Which of the demo's training articles are test articles here (with their `paragraph` questions), else empty."""
+    path = REPO_ROOT / DEMO_TRAINING_FILE
     if not path.is_file():
         return ""
     with gzip.open(path, "rt", encoding="utf-8") as file:
@@ -281,8 +247,7 @@ def demo_note(questions: Mapping[str, dict], repository: Path = REPO_ROOT) -> st
 
 
 def weights_note(results: Mapping[str, dict]) -> str:
-    """That every cell starts from converted weights only (no blockwise pre-training or adaptation), and what that
-    makes the comparison at N = 512; empty without cells."""
+    """That every cell starts from converted weights only, and what that makes N = 512; empty without cells."""
     if not results:
         return ""
     text = (

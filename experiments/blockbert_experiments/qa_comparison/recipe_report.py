@@ -47,23 +47,6 @@ OBJECTIVE_RULE = (
 )
 
 
-def _final_loss(results: Mapping) -> float | None:
-    """The mean training loss over the last fifth of the logged intervals (the end of the epoch)."""
-    curve = results["train"].get("loss_curve") or []
-    if not curve:
-        return None
-    tail = curve[-max(1, len(curve) // 5) :]
-    return sum(point["loss"] for point in tail) / len(tail)
-
-
-def _train_minutes(train: Mapping) -> str:
-    """Wall minutes of the training attempts that ran to their end; a resumed run's killed attempts are not timed."""
-    if not train["finished"]:
-        return "running"
-    resumed = train.get("resumed_attempts", 0)
-    return f"{train['seconds'] / 60:.0f}" + (f" + the steps before {resumed} resume(s)" if resumed else "")
-
-
 def _mean_f1(results: Mapping, rule: str) -> float | None:
     """The F1 under `rule` averaged over the dev sets; None while a set has no result yet."""
     sets = results["sets"]
@@ -72,21 +55,24 @@ def _mean_f1(results: Mapping, rule: str) -> float | None:
 
 
 def _row(name: str, results: Mapping) -> list[str]:
+    """A run's recipe, final training loss (the mean over the last fifth of the logged intervals, the end of the
+    epoch), train wall minutes (a resumed run's killed attempts are not timed) and dev results."""
     recipe, train = results.get("recipe", {}), results["train"]
-    loss = _final_loss(results)
+    curve = train.get("loss_curve") or []
+    tail = curve[-max(1, len(curve) // 5) :]
+    minutes = f"{train['seconds'] / 60:.0f}" if train["finished"] else "running"
+    if train["finished"] and train.get("resumed_attempts"):
+        minutes += f" + the steps before {train['resumed_attempts']} resume(s)"
     cells = [
         name,
         f"{recipe.get('learning_rate', float('nan')):g}",
         f"{recipe.get('num_train_epochs', float('nan')):g}",
-        "-" if loss is None else f"{loss:.3f}",
-        _train_minutes(train),
+        f"{sum(point['loss'] for point in tail) / len(tail):.3f}" if tail else "-",
+        minutes,
         PRECISION.get(recipe.get("mixed_precision"), recipe.get("mixed_precision", "-")),
     ]
     for set_name in DEV_SETS:
-        measured = results["sets"].get(set_name)
-        if measured is None:
-            cells += ["-"] * (len(WINDOW_SCORING_RULES) + 1)
-            continue
+        measured = results["sets"].get(set_name, {})
         by_rule = measured.get("by_window_scoring", {})
         cells += [f"{by_rule[rule]['f1']:.1f}" if rule in by_rule else "-" for rule in WINDOW_SCORING_RULES]
         cells.append("-" if measured.get("eval_loss") is None else f"{measured['eval_loss']:.3f}")
@@ -95,8 +81,7 @@ def _row(name: str, results: Mapping) -> list[str]:
 
 
 def recipe_choice(results: Mapping[str, Mapping]) -> dict | None:
-    """The learning rate and window scoring rule `CHOICE_RULE` picks, once every screening cell has its dev
-    results; None before."""
+    """The learning rate and window scoring `CHOICE_RULE` picks; None until every screening run has dev results."""
     finished = {name: entry for name, entry in results.items() if _mean_f1(entry, "null_relative") is not None}
     if len(finished) < len(RECIPE_GRID):
         return None
@@ -107,8 +92,7 @@ def recipe_choice(results: Mapping[str, Mapping]) -> dict | None:
 
 
 def epochs_choice(results: Mapping[str, Mapping], choice: Mapping | None) -> dict | None:
-    """The number of epochs `EPOCHS_RULE` picks from the epoch run at the chosen learning rate, once it has been
-    evaluated after each of its epochs; None before (or before the learning rate is chosen)."""
+    """The epochs `EPOCHS_RULE` picks; None until the run at the chosen rate was evaluated after each epoch."""
     if choice is None:
         return None
     for name, entry in results.items():
@@ -121,12 +105,9 @@ def epochs_choice(results: Mapping[str, Mapping], choice: Mapping | None) -> dic
     return None
 
 
-def run_choice(
-    results: Mapping[str, Mapping], grid, recipe: Mapping | None, rule: str | None, fields: Sequence[str]
-) -> dict | None:
-    """The run of `grid` that `LAYOUT_RULE` or `OBJECTIVE_RULE` picks, with its cell's `fields`: the highest mean dev
-    F1 under `rule` among the runs trained with `recipe` (recipe key -> chosen value), a tie to the first in grid
-    order, once every run of `grid` has its dev results; None before (or while `recipe` is not chosen)."""
+def run_choice(results: Mapping, grid, recipe: Mapping | None, rule: str | None, fields: Sequence[str]) -> dict | None:
+    """The run of `grid` with the highest mean dev F1 under `rule` among those trained with `recipe` (key -> chosen
+    value), a tie to the first (`LAYOUT_RULE`, `OBJECTIVE_RULE`), with its cell's `fields`; None until all have one."""
     if recipe is None:
         return None
     runs = {
@@ -148,23 +129,15 @@ def _epoch_rows(results: Mapping[str, Mapping]) -> list[list[str]]:
         curve = entry["train"].get("loss_curve") or []
         for point in entry["train"].get("epoch_evaluations", []):
             before = [logged["loss"] for logged in curve if logged["step"] <= point["step"]]
-            rows.append(
-                [
-                    name,
-                    str(point["epoch"]),
-                    str(point["step"]),
-                    f"{before[-1]:.3f}" if before else "-",
-                    f"{point['eval_loss']:.3f}",
-                    f"{point['exact_match']:.1f}",
-                    f"{point['f1']:.1f}",
-                ]
-            )
+            loss = f"{before[-1]:.3f}" if before else "-"
+            scores = f"{point['eval_loss']:.3f}", f"{point['exact_match']:.1f}", f"{point['f1']:.1f}"
+            rows.append([name, str(point["epoch"]), str(point["step"]), loss, *scores])
     return rows
 
 
 @dataclass
 class RecipeRuns:
-    """The runs in a recipe results folder (all, and by grid) and the four choices (None where not made yet)."""
+    """A recipe folder's runs (all, and by grid), the four choices (None until made) and the runs still to do."""
 
     found: dict
     screening: dict
@@ -175,18 +148,13 @@ class RecipeRuns:
     epochs: dict | None
     layout: dict | None
     objective: dict | None
-
-    @property
-    def pending(self) -> list[str]:
-        """The cells of every recipe grid that have no results yet."""
-        grids = RECIPE_GRID + EPOCHS_GRID + LAYOUT_GRID + OBJECTIVE_GRID
-        return [cell.name for cell in grids if cell.name not in self.found]
+    pending: list
 
 
 def recipe_runs(config: ComparisonConfig) -> RecipeRuns:
-    """The runs in `config.results_dir` and the choices that `CHOICE_RULE`, `EPOCHS_RULE`, `LAYOUT_RULE` and
-    `OBJECTIVE_RULE` make."""
-    found = load_results(config, RECIPE_GRID + EPOCHS_GRID + LAYOUT_GRID + OBJECTIVE_GRID)
+    """The runs in `config.results_dir` and the choices their rules make."""
+    grids = RECIPE_GRID + EPOCHS_GRID + LAYOUT_GRID + OBJECTIVE_GRID
+    found = load_results(config, grids)
 
     def runs_of(grid) -> dict:
         return {name: entry for name, entry in found.items() if name in {cell.name for cell in grid}}
@@ -201,7 +169,10 @@ def recipe_runs(config: ComparisonConfig) -> RecipeRuns:
     layout = run_choice(layout_runs, LAYOUT_GRID, rate, rule, ("window_layout", "block_relative_positions"))
     rate_and_epochs = epochs and {**rate, "num_train_epochs": epochs["num_train_epochs"]}
     objective = run_choice(objective_runs, OBJECTIVE_GRID, rate_and_epochs, rule, ("qa_objective",))
-    return RecipeRuns(found, screening, epoch_runs, layout_runs, objective_runs, choice, epochs, layout, objective)
+    pending = [cell.name for cell in grids if cell.name not in found]
+    return RecipeRuns(
+        found, screening, epoch_runs, layout_runs, objective_runs, choice, epochs, layout, objective, pending
+    )
 
 
 def apply_recipe_choice(config: ComparisonConfig) -> ComparisonConfig:
@@ -231,142 +202,79 @@ def apply_recipe_choice(config: ComparisonConfig) -> ComparisonConfig:
     )
 
 
-def _runs_table(header: list[str], runs: Mapping[str, Mapping], what: str) -> str:
-    rows = [_row(name, entry) for name, entry in runs.items()]
-    return markdown_table(header, rows) if rows else f"No {what} run has results yet.\n"
-
-
-def _choice_text(made: str | None, missing: str) -> str:
-    return "**Choice**: " + (made or f"not yet ({missing}).")
-
-
-def _screening_section(config: ComparisonConfig, runs: RecipeRuns, header: list[str]) -> list[str]:
-    """The learning-rate screening: how it ran, its table and its choice."""
-    choice, pending = runs.choice, runs.pending
-    return [
-        "# Choosing the fine-tuning recipe on the dev articles",
-        "",
-        "Full attention at N = 512, one epoch per learning rate on the first half's whole articles (dev articles "
-        f"held out; windows without the answer kept at rate {SCREENING_NEGATIVE_RATE}), batch "
-        f"{config.effective_batch_size}, {config.warmup_ratio:.0%} warmup; dev F1 under both window scoring rules. "
-        "Train minutes: wall time on the machine listed under the commands. Each rule below was fixed before its runs.",
-        "",
-        CHOICE_RULE,
-        "",
-        _runs_table(header, runs.screening, "screening"),
-        f"Still to run: {', '.join(pending)}.\n" if pending else "",
-        _choice_text(
-            choice and f"learning rate {choice['learning_rate']:g}, window scoring `{choice['window_scoring']}`.",
-            "every screening run needs its dev results",
-        ),
-        "",
-    ]
-
-
-def _epochs_section(runs: RecipeRuns, header: list[str]) -> list[str]:
-    """The epoch run: dev results after each epoch and at the end, and the epochs chosen."""
-    epochs = runs.epochs
-    epoch_header = ["cell", "epoch", "step", "train loss", "dev_window_512 loss", "EM", "F1"]
-    return [
-        "## Epochs",
-        "",
-        EPOCHS_RULE,
-        "",
-        "After each epoch:",
-        "",
-        markdown_table(epoch_header, _epoch_rows(runs.epoch_runs))
-        if runs.epoch_runs
-        else "No epoch run has results yet.\n",
-        "At the end of the run:",
-        "",
-        _runs_table(header, runs.epoch_runs, "epoch"),
-        _choice_text(
-            epochs and f"{epochs['num_train_epochs']:g} epochs (dev_window_512 F1 {epochs['dev_window_512_f1']:.1f}).",
-            "the epoch run needs its dev F1 after each epoch",
-        ),
-        "",
-    ]
-
-
-def _long_model_sections(runs: RecipeRuns, header: list[str]) -> list[str]:
-    """The long model's window layout and training objective: their tables and choices."""
-    layout, objective = runs.layout, runs.objective
-    positions = layout and (
-        "positions restarting in every block." if layout["block_relative_positions"] else "running positions."
-    )
-    return [
-        "## The long model's window layout",
-        "",
-        LAYOUT_RULE,
-        "",
-        _runs_table(header, runs.layout_runs, "layout"),
-        _choice_text(layout and f"`{layout['window_layout']}`, {positions}", "both layout runs need their dev results"),
-        "",
-        "## The long model's training objective",
-        "",
-        OBJECTIVE_RULE,
-        "",
-        _runs_table(header, runs.objective_runs, "objective"),
-        _choice_text(
-            objective and f"`{objective['qa_objective']}`.",
-            "both objective runs need their dev results at the chosen learning rate and epochs",
-        ),
-        "",
-    ]
-
-
-def _commands_section(config: ComparisonConfig, runs: RecipeRuns) -> list[str]:
-    """The commands that run and report the screening, the steps each run ran, and where each trained."""
-    choice, found = runs.choice, runs.found
-    chosen_rate = f" --learning_rate {choice['learning_rate']:g}" if choice else " --learning_rate <the chosen rate>"
-    return [
-        "## Commands",
-        "",
-        "```bash",
-        *(
-            f"python experiments/qa_comparison.py run --grid {grid}{at_rate} --data_dir $DATA_DIR --work_dir $WORK_DIR "
-            f"--results_dir {config.results_dir} --effective_batch_size {config.effective_batch_size} "
-            f"--mixed_precision {config.mixed_precision}"
-            for grid, at_rate in (
-                ("recipe", ""),
-                ("epochs", chosen_rate),
-                ("layout", chosen_rate),
-                ("objective", f" --recipe_dir {config.results_dir}"),
-            )
-        ),
-        "python experiments/qa_comparison.py report --grid recipe "
-        f"--results_dir {config.results_dir} --effective_batch_size {config.effective_batch_size} "
-        f"--mixed_precision {config.mixed_precision}",
-        "```",
-        "",
-        "The steps each run ran:",
-        "",
-        "```bash",
-        "\n".join(command for entry in found.values() for command in entry["commands"]),
-        "```",
-        "",
-        "Where each run trained:",
-        "",
-        *(
-            f"- {name}: {'; '.join(entry['train'].get('machines') or ['not recorded'])}"
-            for name, entry in found.items()
-        ),
-        "",
-    ]
-
-
 def write_recipe_report(config: ComparisonConfig) -> dict:
-    """Writes `README.md` of the recipe choice into the results folder from the screening cells' results."""
+    """Writes `README.md` of the recipe choice into the results folder from the recipe runs' results."""
     runs = recipe_runs(config)
+    choice, epochs, layout, objective = runs.choice, runs.epochs, runs.layout, runs.objective
     header = ["cell", "lr", "epochs", "final train loss", "train wall min", "training precision"]
     for set_name in DEV_SETS:
         header += [f"{set_name} F1 ({rule})" for rule in WINDOW_SCORING_RULES] + [f"{set_name} loss"]
     header.append("mean F1 (null_relative)")
+
+    def runs_table(found: Mapping[str, Mapping], what: str) -> str:
+        rows = [_row(name, entry) for name, entry in found.items()]
+        return markdown_table(header, rows) if rows else f"No {what} run has results yet.\n"
+
+    def choice_text(made: str | None, missing: str) -> str:
+        return "**Choice**: " + (made or f"not yet ({missing}).") + "\n"
+
+    epoch_header = ["cell", "epoch", "step", "train loss", "dev_window_512 loss", "EM", "F1"]
+    positions = layout and (
+        "positions restarting in every block." if layout["block_relative_positions"] else "running positions."
+    )
+    chosen_rate = f" --learning_rate {choice['learning_rate']:g}" if choice else " --learning_rate <the chosen rate>"
+    options = f"--results_dir {config.results_dir} --effective_batch_size {config.effective_batch_size} "
+    options += f"--mixed_precision {config.mixed_precision}"
+    recipe_dir = f" --recipe_dir {config.results_dir}"
+    extra = {"recipe": "", "epochs": chosen_rate, "layout": chosen_rate, "objective": recipe_dir}  # after `--grid X`
     text = [
-        *_screening_section(config, runs, header),
-        *_epochs_section(runs, header),
-        *_long_model_sections(runs, header),
-        *_commands_section(config, runs),
+        "# Choosing the fine-tuning recipe on the dev articles\n",
+        "Full attention at N = 512, one epoch per learning rate on the first half's whole articles (dev articles "
+        f"held out; windows without the answer kept at rate {SCREENING_NEGATIVE_RATE}), batch "
+        f"{config.effective_batch_size}, {config.warmup_ratio:.0%} warmup; dev F1 under both window scoring rules. "
+        "Train minutes: wall time on the machine listed under the commands. Each rule below was fixed before its "
+        "runs.\n",
+        CHOICE_RULE + "\n",
+        runs_table(runs.screening, "screening"),
+        f"Still to run: {', '.join(runs.pending)}.\n" if runs.pending else "",
+        choice_text(
+            choice and f"learning rate {choice['learning_rate']:g}, window scoring `{choice['window_scoring']}`.",
+            "every screening run needs its dev results",
+        ),
+        f"## Epochs\n\n{EPOCHS_RULE}\n\nAfter each epoch:\n",
+        markdown_table(epoch_header, _epoch_rows(runs.epoch_runs))
+        if runs.epoch_runs
+        else "No epoch run has results yet.\n",
+        "At the end of the run:\n",
+        runs_table(runs.epoch_runs, "epoch"),
+        choice_text(
+            epochs and f"{epochs['num_train_epochs']:g} epochs (dev_window_512 F1 {epochs['dev_window_512_f1']:.1f}).",
+            "the epoch run needs its dev F1 after each epoch",
+        ),
+        f"## The long model's window layout\n\n{LAYOUT_RULE}\n",
+        runs_table(runs.layout_runs, "layout"),
+        choice_text(layout and f"`{layout['window_layout']}`, {positions}", "both layout runs need their dev results"),
+        f"## The long model's training objective\n\n{OBJECTIVE_RULE}\n",
+        runs_table(runs.objective_runs, "objective"),
+        choice_text(
+            objective and f"`{objective['qa_objective']}`.",
+            "both objective runs need their dev results at the chosen learning rate and epochs",
+        ),
+        "## Commands\n\n```bash",
+        *(
+            f"python experiments/qa_comparison.py run --grid {grid}{at_rate} --data_dir $DATA_DIR --work_dir $WORK_DIR "
+            + options
+            for grid, at_rate in extra.items()
+        ),
+        "python experiments/qa_comparison.py report --grid recipe " + options,
+        "```\n\nThe steps each run ran:\n\n```bash",
+        "\n".join(command for entry in runs.found.values() for command in entry["commands"]),
+        "```\n\nWhere each run trained:\n",
+        *(
+            f"- {name}: {'; '.join(entry['train'].get('machines') or ['not recorded'])}"
+            for name, entry in runs.found.items()
+        ),
+        "",
     ]
     write_file_atomically(Path(config.results_dir) / "README.md", "\n".join(text))
     choices = {key: getattr(runs, key) for key in ("choice", "epochs", "layout", "objective", "pending")}

@@ -4,7 +4,6 @@ seed spread, cost, commands), `results.json` and the F1-vs-context-length plot."
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -18,12 +17,11 @@ from .layout import DATA_DIR_VARIABLE, WORK_DIR_VARIABLE, missing_keys, read_jso
 from .provenance import driver_commands, reading_notes, recipe_section
 from .scores import (
     compare_cells,
-    equal_window_pairs,
+    full_attention_pairs,
     long_arm_verdicts,
     same_seed_pairs,
     seed_averaged_verdicts,
     seed_pairs,
-    sliding_window_pairs,
     whole_article_scores,
 )
 
@@ -68,21 +66,15 @@ def _read_cell(folder: Path) -> dict:
         raise ValueError(f"{path}: has no {', '.join(missing)}")
     path = folder / "scores.json"
     scores = _read_cell_file(path, default={})
-    missing = (
-        [key for name, entry in scores.items() for key in missing_keys(entry, _SCORES_KEYS, f"{name}.")]
-        if isinstance(scores, Mapping)
-        else ["everything (not a JSON object)"]
-    )
-    if missing:
+    keys = dict.fromkeys(scores, _SCORES_KEYS) if isinstance(scores, Mapping) else {}  # the same keys for every set
+    if missing := missing_keys(scores, keys):
         raise ValueError(f"{path}: has no {', '.join(missing)}")
     return {**results, "scores": scores}
 
 
-def load_results(
-    config: ComparisonConfig, grid: Sequence[Cell] = GRID, skipped: dict[str, str] | None = None
-) -> dict[str, dict]:
-    """The results of every cell in the results folder, grid cells first; a cell whose files cannot be read or lack a
-    key the report reads is left out with a warning (and recorded in `skipped`, cell name -> problem)."""
+def load_results(config: ComparisonConfig, grid: Sequence[Cell] = GRID, skipped: dict | None = None) -> dict:
+    """Every cell's results in the results folder, grid cells first; one that cannot be read or lacks a key the report
+    reads is left out with a warning (and recorded in `skipped`, cell name -> problem)."""
     folder = Path(config.results_dir)
     names = [cell.name for cell in grid]
     found = sorted(path.parent.name for path in folder.glob("*/results.json")) if folder.is_dir() else []
@@ -113,16 +105,17 @@ def _per_set(per_set: Mapping, sets: Sequence[str], text) -> list[str]:
     return [text(per_set[name]) if name in per_set else "-" for name in sets]
 
 
+def _bracket(value: Mapping | None) -> str:
+    return "-" if value is None else f"{value['difference']:+.1f} [{value['low']:+.1f}, {value['high']:+.1f}]"
+
+
+def _em_f1(measured: Mapping) -> str:
+    return f"{measured['exact_match']:.1f} / {measured['f1']:.1f}"
+
+
 def results_table(results: Mapping[str, dict], sets: Sequence[str]) -> str:
     """EM / F1 per test set, one row per cell."""
-    rows = [
-        [
-            f"`{name}`",
-            entry["label"],
-            *_per_set(entry["sets"], sets, lambda m: f"{m['exact_match']:.1f} / {m['f1']:.1f}"),
-        ]
-        for name, entry in results.items()
-    ]
+    rows = [[f"`{name}`", entry["label"], *_per_set(entry["sets"], sets, _em_f1)] for name, entry in results.items()]
     return markdown_table(["cell", "model", *(f"{s} EM / F1" for s in sets)], rows)
 
 
@@ -136,9 +129,7 @@ def intervals_table(compared: Mapping[str, dict], sets: Sequence[str]) -> str:
 
 def _interval_text(value: Mapping) -> str:
     """A difference with its 95% interval; bold where the interval excludes zero."""
-    text = f"{value['difference']:+.1f} [{value['low']:+.1f}, {value['high']:+.1f}]"
-    if value["articles"] < 2:
-        text += " (1 article)"
+    text = _bracket(value) + (" (1 article)" if value["articles"] < 2 else "")
     return f"**{text}**" if value["excludes_zero"] else text
 
 
@@ -151,18 +142,13 @@ def whole_article_table(measured: Mapping[str, dict]) -> str:
             if "ratio_low" in value:
                 ratio += f" [{value['ratio_low']:.2f}, {value['ratio_high']:.2f}]"
             difference = _interval_text(entry["null_relative_minus_raw"]) if rule == "null_relative" else "-"
-            scores = f"{value['exact_match']:.1f} / {value['f1']:.1f}"
-            rows.append([f"`{name}`", f"`{rule}`", scores, f"{value['paragraph_f1']:.1f}", ratio, difference])
+            rows.append([f"`{name}`", f"`{rule}`", _em_f1(value), f"{value['paragraph_f1']:.1f}", ratio, difference])
     header = ["cell", "window scoring", "whole articles EM / F1", "own paragraphs F1", "ratio [95%]"]
     return markdown_table([*header, "difference to raw"], rows)
 
 
-def _bracket(value: Mapping | None) -> str:
-    return "-" if value is None else f"{value['difference']:+.1f} [{value['low']:+.1f}, {value['high']:+.1f}]"
-
-
 def verdicts_table(verdicts: Mapping[str, dict], sets: Sequence[str], reference: str = "baseline") -> str:
-    """One row per configuration and set, as `seed_averaged_difference` gives it."""
+    """One row per configuration and set, as `seed_averaged_differences` gives it."""
 
     def spread(value: float | None) -> str:
         return "one seed" if value is None else f"{value:.1f}"
@@ -237,12 +223,8 @@ def plot_label(cell: Mapping) -> str:
 
 
 def plot_sweep(results: Mapping[str, dict], path: Path) -> bool:
-    """F1 against the sweep's context length, one line per cell, the F1 axis from 0; returns False when no cell has
-    sweep results."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """F1 against the sweep's context length, a line per cell, F1 from 0; False where no cell has sweep results."""
+    from matplotlib.figure import Figure  # not pyplot: no backend or open figures to manage
 
     lines = []
     for entry in results.values():
@@ -255,21 +237,19 @@ def plot_sweep(results: Mapping[str, dict], path: Path) -> bool:
             lines.append((plot_label(entry["cell"]), points))
     if not lines:
         return False
-    figure, axes = plt.subplots(figsize=(8, 5))
+    figure = Figure(figsize=(8, 5))
+    axes = figure.subplots()
     for name, points in lines:
         lengths, f1 = zip(*points)
         axes.plot(lengths, f1, marker="o", label=name)
     axes.set_xscale("log", base=2)
     ticks = sorted({length for _, points in lines for length, _ in points})
     axes.set_xticks(ticks, [str(t) for t in ticks])
-    axes.set_xlabel("context length T (wordpieces; the same questions at every T)")
-    axes.set_ylabel("F1")
-    axes.set_ylim(0, 100)
+    axes.set(xlabel="context length T (wordpieces; the same questions at every T)", ylabel="F1", ylim=(0, 100))
     axes.grid(alpha=0.3)
     axes.legend(fontsize=8)
     figure.tight_layout()
     write_file_atomically(path, lambda target: figure.savefig(target, format="png", dpi=120))
-    plt.close(figure)
     return True
 
 
@@ -291,64 +271,8 @@ INTERVALS_NOTE = (
 )
 
 
-@dataclass
-class Measured:
-    """What the report shows, computed once from the cells in the results folder; `comparisons` by the key of
-    `results.json` that holds each."""
-
-    results: dict
-    questions: dict
-    skipped: dict
-    sets: list
-    baseline: str
-    comparisons: dict
-    finished: list
-    pending: list
-
-
-def measure(config: ComparisonConfig, grid: Sequence[Cell]) -> Measured:
-    """Every comparison of the report, from whatever cells of the results folder have results."""
-    skipped: dict[str, str] = {}
-    results = load_results(config, grid, skipped)
-    questions = read_json(Path(config.results_dir) / "questions.json") or {}
-    baseline = config.baseline
-    pairs = [(name, baseline) for name in results if name != baseline] if baseline in results else []
-    same_seed = same_seed_pairs(results, baseline)
-    finished = [name for name, entry in results.items() if entry["finished"]]
-    compare = partial(compare_cells, config, results, questions)
-    comparisons = {
-        "differences_to_baseline": compare(pairs),
-        "differences_at_the_same_seed": compare(same_seed),
-        "differences_at_the_same_window": compare(equal_window_pairs(results, pairs + same_seed)),
-        "differences_to_sliding_windows": compare(sliding_window_pairs(results, pairs)),
-        "whole_articles": whole_article_scores(config, results, questions),
-        "seed_spread": compare(seed_pairs(results)),
-        "seed_averaged_verdicts": seed_averaged_verdicts(config, results, questions, baseline),
-        "long_arm_verdicts": long_arm_verdicts(config, results, questions),
-    }
-    pending = [cell.name for cell in grid if cell.name not in finished]
-    return Measured(results, questions, skipped, _set_order(results), baseline, comparisons, finished, pending)
-
-
-def _grid_section(grid: Sequence[Cell], measured: Measured) -> str:
-    """The cells of the grid with their status, the cells left out and why N = 2048 uses n = 4."""
-
-    def status(name: str) -> str:
-        return "finished" if name in measured.finished else "partial" if name in measured.results else "not run"
-
-    rows = [[f"`{c.name}`", c.label, str(c.max_seq_length), c.training_set, status(c.name)] for c in grid]
-    skipped = "; ".join(f"`{name}` ({problem})" for name, problem in measured.skipped.items())
-    return (
-        "## Grid\n\n"
-        + markdown_table(["cell", "model", "N", "training set", "status"], rows)
-        + f"\nCells not (fully) measured: {', '.join(f'`{n}`' for n in measured.pending) or 'none'}.\n\n"
-        + (f"Cells left out of this report (a file of theirs could not be read): {skipped}.\n\n" if skipped else "")
-        + N2048_CHOICE
-    )
-
-
 # The sections that compare cells, in the README's order, each left out where it has nothing to show: the key of
-# `Measured.comparisons` it shows, its heading and text ({baseline}, {bootstrap} filled in), its table.
+# `results.json` it shows, its heading and text ({baseline}, {bootstrap} filled in), its table.
 _INTERVALS = "(F1 points, 95% interval)"
 COMPARISON_SECTIONS = (
     ("differences_to_baseline", f"Differences to `{{baseline}}` {_INTERVALS}", "{bootstrap}", intervals_table),
@@ -394,66 +318,82 @@ COMPARISON_SECTIONS = (
 )
 
 
-def _comparison_sections(config: ComparisonConfig, measured: Measured) -> list[str]:
+def write_report(config: ComparisonConfig, grid: Sequence[Cell] = GRID) -> dict:
+    """Writes `README.md`, `results.json` and the plot from the cells that have results; returns `results.json`."""
+    folder, baseline = Path(config.results_dir), config.baseline
+    skipped: dict[str, str] = {}
+    results = load_results(config, grid, skipped)
+    questions = read_json(folder / "questions.json") or {}
+    pairs = [(name, baseline) for name in results if name != baseline] if baseline in results else []
+    same_seed = same_seed_pairs(results, baseline)
+    finished = [name for name, entry in results.items() if entry["finished"]]
+    compare = partial(compare_cells, config, results, questions)
+    comparisons = {  # by the key of `results.json` that holds each
+        "differences_to_baseline": compare(pairs),
+        "differences_at_the_same_seed": compare(same_seed),
+        "differences_at_the_same_window": compare(full_attention_pairs(results, pairs + same_seed)),
+        "differences_to_sliding_windows": compare(full_attention_pairs(results, pairs, windows_of=512)),
+        "whole_articles": whole_article_scores(config, results, questions),
+        "seed_spread": compare(seed_pairs(results)),
+        "seed_averaged_verdicts": seed_averaged_verdicts(config, results, questions, baseline),
+        "long_arm_verdicts": long_arm_verdicts(config, results, questions),
+    }
+    pending = [cell.name for cell in grid if cell.name not in finished]
+    sets = _set_order(results)
+
+    parts = [README_INTRO]
+    if (summary := folder / "summary.md").is_file():
+        parts.append("## Summary\n\n" + summary.read_text(encoding="utf-8").strip() + "\n")
+    if notes := reading_notes(results, questions):
+        parts.append(notes)
+    status = {name: "finished" if name in finished else "partial" for name in results}
+    rows = [
+        [f"`{c.name}`", c.label, str(c.max_seq_length), c.training_set, status.get(c.name, "not run")] for c in grid
+    ]
+    left_out = "; ".join(f"`{name}` ({problem})" for name, problem in skipped.items())
+    parts.append(
+        "## Grid\n\n"
+        + markdown_table(["cell", "model", "N", "training set", "status"], rows)
+        + f"\nCells not (fully) measured: {', '.join(f'`{n}`' for n in pending) or 'none'}.\n\n"
+        + (f"Cells left out of this report (a file of theirs could not be read): {left_out}.\n\n" if left_out else "")
+        + N2048_CHOICE
+    )
+    parts.append(recipe_section(results))
+    if results:
+        parts.append("## Results (EM / F1)\n\n" + results_table(results, sets))
+    if plot_sweep(results, folder / "f1_vs_context_length.png"):
+        parts.append("## F1 against context length\n\n![F1 against context length](f1_vs_context_length.png)\n")
     bootstrap = (
         f"Paired article bootstrap ({config.bootstrap_samples:,} resamples, seed {config.bootstrap_seed}); bold: the "
         "interval excludes zero."
     )
-    filled = dict(baseline=measured.baseline, bootstrap=bootstrap)
-    return [
+    filled = dict(baseline=baseline, bootstrap=bootstrap)
+    parts += [
         f"## {heading.format(**filled)}\n\n"
         + (f"{text.format(**filled)}\n\n" if text else "")
-        + table(measured.comparisons[key], measured.sets)
+        + table(comparisons[key], sets)
         for key, heading, text, table in COMPARISON_SECTIONS
-        if measured.comparisons[key]
+        if comparisons[key]
     ]
-
-
-def _cost_sections(measured: Measured) -> list[str]:
-    parts = [
-        "## Cost: eval seconds per question and peak memory, train time\n\nOn each cell's machine (an upper bound for "
-        "cells run together with `--jobs`).\n\n" + cost_table(measured.results, measured.sets)
-    ]
-    if losses := loss_table(measured.results):
-        parts.append("## Training loss\n\nAs run_qa logged it:\n\n" + losses)
-    return parts
-
-
-def _commands_section(config: ComparisonConfig, grid: Sequence[Cell], measured: Measured) -> str:
-    """The commands that build the test sets and run the cells with their recorded recipe, then each cell's steps."""
-    steps = "\n".join(f"# {name}\n" + "\n".join(entry["commands"]) for name, entry in measured.results.items())
-    return (
-        "## Commands\n\nFrom the repository root: the [test sets](../../docs/qa_long_context_data.md), then one `run` "
-        "per group of cells whose recorded recipes agree.\n\n```bash\n"
-        + driver_commands(measured.results, config, grid)
-        + f"```\n\nThe steps of each cell (`{MINILM_VARIABLE}`: the installed all-MiniLM-L6-v2, `{DATA_DIR_VARIABLE}`: "
-        f"the test sets, `{WORK_DIR_VARIABLE}`: the work folder):\n\n```bash\n" + steps + "\n```\n"
-    )
-
-
-def write_report(config: ComparisonConfig, grid: Sequence[Cell] = GRID) -> dict:
-    """Writes `README.md`, `results.json` and `f1_vs_context_length.png` into the results folder from whatever cells
-    have results; returns what `results.json` holds."""
-    folder = Path(config.results_dir)
-    measured = measure(config, grid)
-    parts = [README_INTRO]
-    summary = folder / "summary.md"
-    if summary.is_file():
-        parts.append("## Summary\n\n" + summary.read_text(encoding="utf-8").strip() + "\n")
-    if notes := reading_notes(measured.results, measured.questions):
-        parts.append(notes)
-    parts += [_grid_section(grid, measured), recipe_section(measured.results)]
-    if measured.results:
-        parts.append("## Results (EM / F1)\n\n" + results_table(measured.results, measured.sets))
-    if plot_sweep(measured.results, folder / "f1_vs_context_length.png"):
-        parts.append("## F1 against context length\n\n![F1 against context length](f1_vs_context_length.png)\n")
-    parts += _comparison_sections(config, measured)
-    if measured.results:
-        parts += _cost_sections(measured)
-        parts.append(_commands_section(config, grid, measured))
-    cells = {name: {k: v for k, v in entry.items() if k != "scores"} for name, entry in measured.results.items()}
-    report = {"baseline": measured.baseline, "finished": measured.finished, "pending": measured.pending, "cells": cells}
-    report.update(measured.comparisons)
+    if results:
+        parts.append(
+            "## Cost: eval seconds per question and peak memory, train time\n\nOn each cell's machine (an upper bound "
+            "for cells run together with `--jobs`).\n\n" + cost_table(results, sets)
+        )
+        if losses := loss_table(results):
+            parts.append("## Training loss\n\nAs run_qa logged it:\n\n" + losses)
+        steps = "\n".join(f"# {name}\n" + "\n".join(entry["commands"]) for name, entry in results.items())
+        parts.append(
+            "## Commands\n\nFrom the repository root: the [test sets](../../docs/qa_long_context_data.md), then one "
+            "`run` per group of cells whose recorded recipes agree.\n\n```bash\n"
+            + driver_commands(results, config, grid)
+            + f"```\n\nThe steps of each cell (`{MINILM_VARIABLE}`: the installed all-MiniLM-L6-v2, "
+            f"`{DATA_DIR_VARIABLE}`: the test sets, `{WORK_DIR_VARIABLE}`: the work folder):\n\n```bash\n"
+            + steps
+            + "\n```\n"
+        )
+    cells = {name: {k: v for k, v in entry.items() if k != "scores"} for name, entry in results.items()}
+    report = {"baseline": baseline, "finished": finished, "pending": pending, "cells": cells, **comparisons}
     write_file_atomically(folder / "README.md", "\n".join(parts))
     write_json_atomically(folder / "results.json", report)
     return report

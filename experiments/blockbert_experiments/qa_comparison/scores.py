@@ -16,9 +16,7 @@ from blockbert_hf.train.qa.postprocessing import normalize_answer, token_f1
 from .grid import ComparisonConfig
 
 
-def question_scores(
-    predictions: Mapping[str, str], references: Sequence[tuple[str, Sequence[str]]]
-) -> tuple[list[int], list[float]]:
+def question_scores(predictions: Mapping[str, str], references: Sequence[tuple]) -> tuple[list[int], list[float]]:
     """SQuAD v1.1 exact match (0/1) and F1 (0..1) of each question `(id, gold answer texts)`: the best over its gold
     answers, as the official script scores them; their means (x100) are the metric's EM and F1."""
     exact, f1 = [], []
@@ -39,18 +37,23 @@ def set_questions(path: Path) -> dict:
     """The questions of a SQuAD-format set in file order: ids, gold answers and the index of each one's article."""
     dataset = load_qa_dataset(str(path))
     titles = list(dict.fromkeys(dataset["title"]))
-    index = {title: position for position, title in enumerate(titles)}
     return {
         "ids": list(dataset["id"]),
         "answers": [answers["text"] for answers in dataset["answers"]],
         "titles": titles,
-        "article": [index[title] for title in dataset["title"]],
+        "article": [titles.index(title) for title in dataset["title"]],
     }
 
 
-def _article_resamples(columns: Sequence[np.ndarray], articles: Sequence[int], samples: int, seed: int):
-    """The number of articles and, for each of `columns` (one value per question), its totals over `samples`
-    resamples of whole articles with replacement (the same resamples for every column)."""
+CONFIDENCE = 0.95  # of every interval here
+
+
+def article_bootstrap_ratio(
+    numerator: Sequence[float], denominator: Sequence[float], articles: Sequence[int], *, samples=10_000, seed=0
+) -> dict:
+    """The 95% interval of `sum(numerator) / sum(denominator)` over the questions (paired, in the same order) from
+    `samples` resamples of whole articles with replacement: questions of one article are not independent."""
+    columns = [np.asarray(numerator, dtype=float), np.asarray(denominator, dtype=float)]
     groups = np.asarray(articles)
     if any(column.shape != groups.shape for column in columns) or groups.size == 0:
         sizes = ", ".join(str(column.size) for column in columns)
@@ -59,94 +62,48 @@ def _article_resamples(columns: Sequence[np.ndarray], articles: Sequence[int], s
             "indices."
         )
     _, group = np.unique(groups, return_inverse=True)
-    sums = [np.bincount(group, weights=column) for column in columns]
-    drawn = np.random.default_rng(seed).integers(0, len(sums[0]), size=(samples, len(sums[0])))
-    return len(sums[0]), [per_article[drawn].sum(axis=1) for per_article in sums]
-
-
-def _percentiles(values: np.ndarray, confidence: float) -> tuple[float, float]:
-    tail = 100 * (1 - confidence) / 2
-    low, high = np.percentile(values, [tail, 100 - tail])
-    return float(low), float(high)
+    tops, bottoms = (np.bincount(group, weights=column) for column in columns)
+    drawn = np.random.default_rng(seed).integers(0, len(tops), size=(samples, len(tops)))
+    tail = 100 * (1 - CONFIDENCE) / 2
+    with np.errstate(divide="ignore", invalid="ignore"):  # a resample of articles the denominator scores 0 on
+        low, high = np.percentile(tops[drawn].sum(axis=1) / bottoms[drawn].sum(axis=1), [tail, 100 - tail])
+    return {"low": float(low), "high": float(high), "articles": len(tops)}
 
 
 def paired_article_bootstrap(
-    scores: Sequence[float],
-    baseline: Sequence[float],
-    articles: Sequence[int],
-    *,
-    samples: int = 10_000,
-    seed: int = 0,
-    confidence: float = 0.95,
+    scores: Sequence[float], baseline: Sequence[float], articles: Sequence[int], *, samples=10_000, seed=0
 ) -> dict:
-    """The mean of `scores - baseline` (the same questions, in order) with its `confidence` interval from a bootstrap
-    of whole articles: questions of one article are not independent."""
+    """The mean of `scores - baseline` (the same questions, in order) with its 95% article-bootstrap interval."""
     differences = np.asarray(scores, dtype=float) - np.asarray(baseline, dtype=float)
-    count, (totals, questions) = _article_resamples([differences, np.ones_like(differences)], articles, samples, seed)
-    low, high = _percentiles(totals / questions, confidence)
-    return {
-        "difference": float(differences.mean()),
-        "low": low,
-        "high": high,
-        "articles": count,
-        "questions": int(differences.size),
-    }
+    interval = article_bootstrap_ratio(differences, np.ones_like(differences), articles, samples=samples, seed=seed)
+    return {"difference": float(differences.mean()), **interval, "questions": int(differences.size)}
 
 
-def article_bootstrap_ratio(
-    numerator: Sequence[float],
-    denominator: Sequence[float],
-    articles: Sequence[int],
-    *,
-    samples: int = 10_000,
-    seed: int = 0,
-    confidence: float = 0.95,
-) -> dict:
-    """The `confidence` interval of `sum(numerator) / sum(denominator)` over the questions (paired, in the same
-    order) from a bootstrap that resamples whole articles, as `paired_article_bootstrap` does for a difference."""
-    columns = [np.asarray(numerator, dtype=float), np.asarray(denominator, dtype=float)]
-    count, (tops, bottoms) = _article_resamples(columns, articles, samples, seed)
-    with np.errstate(divide="ignore", invalid="ignore"):  # a resample of articles the denominator scores 0 on
-        low, high = _percentiles(tops / bottoms, confidence)
-    return {"low": low, "high": high, "articles": count}
-
-
-def seed_t_interval(differences: Sequence[float], confidence: float = 0.95) -> dict | None:
-    """The `confidence` t-interval of the mean of per-seed differences: the variation between fine-tuning seeds, which
+def seed_t_interval(differences: Sequence[float]) -> dict | None:
+    """The 95% t-interval of the mean of per-seed differences: the variation between fine-tuning seeds, which
     the article bootstrap does not see. None with fewer than two seeds."""
     seeds = len(differences)
     if seeds < 2:
         return None
     values = np.asarray(differences, dtype=float)
-    quantile = float(stats.t.ppf(1 - (1 - confidence) / 2, seeds - 1))
+    quantile = float(stats.t.ppf(1 - (1 - CONFIDENCE) / 2, seeds - 1))
     half_width = quantile * float(values.std(ddof=1)) / math.sqrt(seeds)
     mean = float(values.mean())
     return {"difference": mean, "low": mean - half_width, "high": mean + half_width, "seeds": seeds, "t": quantile}
 
 
 def wider_interval(bootstrap: Mapping, t_interval: Mapping | None) -> dict:
-    """The wider of the article bootstrap and the t-interval over seeds, with its half-width (the smallest detectable
-    effect)."""
-    chosen, source = bootstrap, "article bootstrap"
-    if t_interval is not None and t_interval["high"] - t_interval["low"] > bootstrap["high"] - bootstrap["low"]:
-        chosen, source = t_interval, "t over seeds"
-    excludes_zero = (chosen["low"] > 0 or chosen["high"] < 0) and (
-        source == "t over seeds" or _excludes_zero(bootstrap)
-    )
+    """The wider of the article bootstrap and the seeds' t-interval, its half-width the smallest detectable effect."""
+    wider = t_interval is not None and t_interval["high"] - t_interval["low"] > bootstrap["high"] - bootstrap["low"]
+    chosen = t_interval if wider else bootstrap
     return {
         "difference": bootstrap["difference"],
         "low": chosen["low"],
         "high": chosen["high"],
-        "from": source,
+        "from": "t over seeds" if wider else "article bootstrap",
         "smallest_detectable_effect": (chosen["high"] - chosen["low"]) / 2,
-        "excludes_zero": excludes_zero,
+        "excludes_zero": (chosen["low"] > 0 or chosen["high"] < 0) and (wider or bootstrap["articles"] > 1),
     }
-
-
-def _excludes_zero(interval: Mapping) -> bool:
-    """Whether a difference's interval excludes zero; one article gives a zero-width interval that says nothing, so
-    it never counts as a difference."""
-    return interval["articles"] > 1 and (interval["low"] > 0 or interval["high"] < 0)
 
 
 def _points(scores: Sequence[float]) -> np.ndarray:
@@ -155,11 +112,13 @@ def _points(scores: Sequence[float]) -> np.ndarray:
 
 
 def _bootstrap(config: ComparisonConfig, scores: Sequence[float], baseline: Sequence[float], articles) -> dict:
-    """`paired_article_bootstrap` with the report's resamples and seed, and whether its interval excludes zero."""
+    """`paired_article_bootstrap` with the report's resamples and seed, and whether its interval excludes zero (never
+    over one article: its interval has no width and says nothing)."""
     interval = paired_article_bootstrap(
         scores, baseline, articles, samples=config.bootstrap_samples, seed=config.bootstrap_seed
     )
-    return {**interval, "excludes_zero": _excludes_zero(interval)}
+    excludes_zero = interval["articles"] > 1 and (interval["low"] > 0 or interval["high"] < 0)
+    return {**interval, "excludes_zero": excludes_zero}
 
 
 def _comparable(results: Mapping, other: str, baseline: str, test_set: str) -> bool:
@@ -171,8 +130,7 @@ def _comparable(results: Mapping, other: str, baseline: str, test_set: str) -> b
 def compare_cells(
     config: ComparisonConfig, results: Mapping[str, dict], questions: Mapping[str, dict], pairs: Sequence[tuple]
 ) -> dict:
-    """For each `(cell, reference)` pair and each set both have scored on the same questions: the EM and F1
-    difference (points) with its paired article-bootstrap interval."""
+    """Per `(cell, reference)` pair and set both scored on the same questions: the EM and F1 differences (points)."""
     compared: dict = {}
     for name, reference in pairs:
         for test_set in results[name]["scores"]:
@@ -189,9 +147,7 @@ def compare_cells(
 
 def configuration_key(results: Mapping[str, dict], name: str) -> str:
     """What a cell trains, without its name, seed and test sets: cells that differ only in the seed share it."""
-    cell = dict(results[name]["cell"])
-    del cell["name"], cell["seed"]
-    cell.pop("eval_sets", None)
+    cell = {key: value for key, value in results[name]["cell"].items() if key not in ("name", "seed", "eval_sets")}
     return json.dumps(cell, sort_keys=True)
 
 
@@ -219,45 +175,27 @@ def same_seed_pairs(results: Mapping[str, dict], baseline: str) -> list[tuple[st
     ]
 
 
-def _pairs_with(results: Mapping[str, dict], key, is_reference, is_candidate, already) -> list[tuple[str, str]]:
-    """Each candidate cell paired with the reference cell of the same `key`; pairs in `already` left out."""
+def full_attention_pairs(
+    results: Mapping[str, dict], already: Sequence[tuple[str, str]] = (), windows_of: int | None = None
+) -> list[tuple[str, str]]:
+    """Each cell but full attention with the full-attention cell of its N, seed and training set, or with `windows_of`,
+    each cell above that N with full attention at that N (sliding windows); pairs in `already` left out."""
     cells = {name: results[name]["cell"] for name in results}
-    references = {key(cell): name for name, cell in cells.items() if is_reference(cell)}
-    pairs = [(name, references.get(key(cell))) for name, cell in cells.items() if is_candidate(cell)]
+    full = {
+        (cell["max_seq_length"], cell["seed"], cell["train_set"]): name
+        for name, cell in cells.items()
+        if cell["attention_pattern"] == "full"
+    }
+    pairs = [
+        (name, full.get((windows_of or cell["max_seq_length"], cell["seed"], cell["train_set"])))
+        for name, cell in cells.items()
+        if (cell["max_seq_length"] > windows_of if windows_of else cell["attention_pattern"] != "full")
+    ]
     return [pair for pair in pairs if pair[1] is not None and pair not in set(already)]
-
-
-def equal_window_pairs(results: Mapping[str, dict], already: Sequence[tuple[str, str]] = ()) -> list[tuple[str, str]]:
-    """Each cell that is not full attention, paired with the full-attention cell of its N, seed and training set (the
-    attention pattern alone); pairs in `already` left out."""
-    return _pairs_with(
-        results,
-        lambda cell: (cell["max_seq_length"], cell["seed"], cell["train_set"]),
-        lambda cell: cell["attention_pattern"] == "full",
-        lambda cell: cell["attention_pattern"] != "full",
-        already,
-    )
-
-
-def sliding_window_pairs(results: Mapping[str, dict], already: Sequence[tuple[str, str]] = ()) -> list[tuple[str, str]]:
-    """Each cell above N = 512 paired with the full-attention N = 512 cell of its training set and seed (sliding
-    windows of 512); pairs in `already` left out."""
-    return _pairs_with(
-        results,
-        lambda cell: (cell["train_set"], cell["seed"]),
-        lambda cell: cell["attention_pattern"] == "full" and cell["max_seq_length"] == 512,
-        lambda cell: cell["max_seq_length"] > 512,
-        already,
-    )
 
 
 def _mean_f1_points(results: Mapping[str, dict], name: str, test_set: str) -> float:
     return 100 * float(np.mean(results[name]["scores"][test_set]["f1"]))
-
-
-def _seed_mean_scores(results: Mapping[str, dict], cells: Mapping[int, str], seeds, test_set: str) -> np.ndarray:
-    """Per question, the F1 (points) of `cells` averaged over `seeds`."""
-    return np.mean([_points(results[cells[seed]]["scores"][test_set]["f1"]) for seed in seeds], axis=0)
 
 
 def configurations(results: Mapping[str, dict]) -> dict[str, dict[int, str]]:
@@ -276,109 +214,80 @@ def _seed_spread(results: Mapping[str, dict], cells: Mapping[int, str], test_set
     return max(means) - min(means) if len(means) > 1 else None
 
 
-def _verdict(interval: Mapping, spreads: Mapping[str, float | None]) -> str:
-    known = [spread for spread in spreads.values() if spread is not None]
-    if not interval["excludes_zero"]:
-        return "smaller than the interval"
-    if not known:
-        return "no seed spread yet"
-    return "resolved" if abs(interval["difference"]) > max(known) else "within the seed spread"
-
-
-def seed_averaged_difference(
-    config: ComparisonConfig,
-    results: Mapping[str, dict],
-    questions: Mapping[str, dict],
-    by_seed: Mapping[int, str],
-    reference: Mapping[int, str],
-    test_set: str,
-) -> dict | None:
-    """One configuration's cells (`by_seed`) against another's (`reference`) on `test_set`, averaged over the seeds
-    both have, with both intervals, both seed spreads and the verdict; None where no seed pairs up."""
-    seeds = sorted(set(by_seed) & set(reference))
-    if not seeds or not all(_comparable(results, by_seed[seed], reference[seed], test_set) for seed in seeds):
-        return None
-    mine, theirs = (_seed_mean_scores(results, cells, seeds, test_set) for cells in (by_seed, reference))
-    bootstrap = _bootstrap(config, mine, theirs, questions[test_set]["article"][: len(mine)])
-    per_seed = [
-        _mean_f1_points(results, by_seed[seed], test_set) - _mean_f1_points(results, reference[seed], test_set)
-        for seed in seeds
-    ]
-    t_interval = seed_t_interval(per_seed)
-    spreads = {
-        side: _seed_spread(results, cells, test_set)
-        for side, cells in (("configuration", by_seed), ("baseline", reference))
-    }
-    mean_f1 = float(np.mean(mine))
-    return {
-        "seeds": seeds,
-        "f1": bootstrap,
-        "per_seed_differences": per_seed,
-        "t_interval": t_interval,
-        "interval": wider_interval(bootstrap, t_interval),
-        "against_each_reference_seed": {
-            str(seed): mean_f1 - _mean_f1_points(results, name, test_set)
-            for seed, name in sorted(reference.items())
-            if _comparable(results, by_seed[seeds[0]], name, test_set)
-        },
-        "seed_spread": spreads,
-        "verdict": _verdict(bootstrap, spreads),
-    }
-
-
-def seed_averaged_verdicts(
-    config: ComparisonConfig, results: Mapping[str, dict], questions: Mapping[str, dict], baseline: str
+def seed_averaged_differences(
+    config: ComparisonConfig, results: Mapping[str, dict], questions: Mapping[str, dict], pairs: Sequence[tuple]
 ) -> dict:
-    """Each configuration against the baseline's (`seed_averaged_difference`, on every set), keyed by the
-    configuration's first cell; the verdict rule is the README's."""
+    """Each configuration's cells (by seed) against its reference's, averaged over the seeds both have, per set: both
+    intervals, both seed spreads and the verdict (the README's rule); keyed by the first paired cell."""
+    compared: dict = {}
+    for by_seed, reference in pairs:
+        seeds = sorted(set(by_seed) & set(reference))
+        for test_set in results[by_seed[seeds[0]]]["scores"] if seeds else ():
+            if not all(_comparable(results, by_seed[seed], reference[seed], test_set) for seed in seeds):
+                continue
+            mine, theirs = (
+                np.mean([_points(results[cells[seed]]["scores"][test_set]["f1"]) for seed in seeds], axis=0)
+                for cells in (by_seed, reference)
+            )
+            bootstrap = _bootstrap(config, mine, theirs, questions[test_set]["article"][: len(mine)])
+            per_seed = [
+                _mean_f1_points(results, by_seed[seed], test_set) - _mean_f1_points(results, reference[seed], test_set)
+                for seed in seeds
+            ]
+            t_interval = seed_t_interval(per_seed)
+            spreads = {
+                side: _seed_spread(results, cells, test_set)
+                for side, cells in (("configuration", by_seed), ("baseline", reference))
+            }
+            known = [spread for spread in spreads.values() if spread is not None]
+            if not bootstrap["excludes_zero"]:
+                verdict = "smaller than the interval"
+            elif not known:
+                verdict = "no seed spread yet"
+            else:
+                verdict = "resolved" if abs(bootstrap["difference"]) > max(known) else "within the seed spread"
+            mean_f1 = float(np.mean(mine))
+            compared.setdefault(by_seed[seeds[0]], {})[test_set] = {
+                "seeds": seeds,
+                "f1": bootstrap,
+                "per_seed_differences": per_seed,
+                "t_interval": t_interval,
+                "interval": wider_interval(bootstrap, t_interval),
+                "against_each_reference_seed": {
+                    str(seed): mean_f1 - _mean_f1_points(results, name, test_set)
+                    for seed, name in sorted(reference.items())
+                    if _comparable(results, by_seed[seeds[0]], name, test_set)
+                },
+                "seed_spread": spreads,
+                "verdict": verdict,
+            }
+    return compared
+
+
+def seed_averaged_verdicts(config: ComparisonConfig, results: Mapping, questions: Mapping, baseline: str) -> dict:
+    """Each configuration against the baseline's, as `seed_averaged_differences` gives them."""
     if baseline not in results:
         return {}
     found = configurations(results)
     reference = found[configuration_key(results, baseline)]
-    return _against(config, results, questions, {key: reference for key in found if found[key] is not reference})
+    pairs = [(cells, reference) for cells in found.values() if cells is not reference]
+    return seed_averaged_differences(config, results, questions, pairs)
 
 
 def long_arm_verdicts(config: ComparisonConfig, results: Mapping[str, dict], questions: Mapping[str, dict]) -> dict:
-    """Each configuration above N = 512 against sliding windows of 512 (full attention at N = 512 trained on the same
-    data), as `seed_averaged_verdicts` gives them."""
-    found = configurations(results)
-
-    def first(cells: Mapping[int, str]) -> dict:
-        return results[cells[min(cells)]]["cell"]
-
+    """Each configuration above N = 512 against sliding windows of 512 trained on the same data, seed-averaged."""
+    found = [(results[cells[min(cells)]]["cell"], cells) for cells in configurations(results).values()]
     windows_512 = {
-        first(cells)["train_set"]: cells
-        for cells in found.values()
-        if first(cells)["attention_pattern"] == "full" and first(cells)["max_seq_length"] == 512
+        first["train_set"]: cells
+        for first, cells in found
+        if first["attention_pattern"] == "full" and first["max_seq_length"] == 512
     }
-    references = {
-        key: windows_512[first(cells)["train_set"]]
-        for key, cells in found.items()
-        if first(cells)["max_seq_length"] > 512 and first(cells)["train_set"] in windows_512
-    }
-    return _against(config, results, questions, references)
-
-
-def _against(
-    config: ComparisonConfig,
-    results: Mapping[str, dict],
-    questions: Mapping[str, dict],
-    references: Mapping[str, Mapping[int, str]],
-) -> dict:
-    """`seed_averaged_difference` of each configuration key against its reference cells, on each set, keyed by the
-    configuration's first paired cell."""
-    found = configurations(results)
-    compared: dict = {}
-    for key, reference in references.items():
-        by_seed = found[key]
-        seeds = sorted(set(by_seed) & set(reference))
-        if not seeds:
-            continue
-        for test_set in results[by_seed[seeds[0]]]["scores"]:
-            entry = seed_averaged_difference(config, results, questions, by_seed, reference, test_set)
-            if entry is not None:
-                compared.setdefault(by_seed[seeds[0]], {})[test_set] = entry
-    return compared
+    pairs = [
+        (cells, windows_512[first["train_set"]])
+        for first, cells in found
+        if first["max_seq_length"] > 512 and first["train_set"] in windows_512
+    ]
+    return seed_averaged_differences(config, results, questions, pairs)
 
 
 WHOLE_ARTICLES, OWN_PARAGRAPHS = "article", "paragraph"  # a long document as context, and the question's own paragraph
@@ -410,13 +319,8 @@ def whole_article_scores(config: ComparisonConfig, results: Mapping[str, dict], 
             interval = article_bootstrap_ratio(
                 article[rule]["f1"], own_scores, articles, samples=config.bootstrap_samples, seed=config.bootstrap_seed
             )
-            by_rule[rule] = {
-                **whole,
-                "paragraph_f1": own,
-                "ratio": whole["f1"] / own,
-                "ratio_low": interval["low"],
-                "ratio_high": interval["high"],
-            }
+            ratio = {"ratio": whole["f1"] / own, "ratio_low": interval["low"], "ratio_high": interval["high"]}
+            by_rule[rule] = {**whole, "paragraph_f1": own, **ratio}
         difference = _bootstrap(
             config, _points(article["null_relative"]["f1"]), _points(article["raw"]["f1"]), articles
         )
