@@ -57,9 +57,8 @@ SOURCE_LENGTH = 512  # N of the source (all-MiniLM-L6-v2's, RoBERTa's): the runs
 
 @dataclass(frozen=True)
 class Pattern:
-    """A continued-MLM run: its name, its N, and its `run_mlm.py` attention options."""
+    """A continued-MLM run: its N, its `run_mlm.py` attention options and what it is."""
 
-    name: str
     max_seq_length: int
     options: tuple[str, ...]
     description: str
@@ -71,20 +70,19 @@ def _blockwise(blocks: int, heads: str, *extra: str) -> tuple[str, ...]:
 
 def _long_n2(heads: str) -> Pattern:
     """N = 1024 as two blocks of the source's 512 positions, each block restarting them."""
-    options = _blockwise(2, heads, "--block_relative_positions")
     description = f"N = 1024, n = 2 blocks of 512 ({heads}), positions restarting in each block"
-    return Pattern(f"n1024_n2_{heads.replace(':', '-')}", 1024, options, description)
+    return Pattern(1024, _blockwise(2, heads, "--block_relative_positions"), description)
 
 
 # In the order they run: the control and n = 2 at N first (the pair a QA comparison needs most), then the long model.
-PATTERNS = (
-    Pattern("full_n512", 512, ("--attention_pattern", "full"), "full attention at N = 512 (the control)"),
-    Pattern("n512_n2_10-2", 512, _blockwise(2, "10:2"), "N = 512, n = 2 (10:2)"),
-    _long_n2("10:2"),
-    Pattern("n512_n3_8-2-2", 512, _blockwise(3, "8:2:2"), "N = 512, n = 3 (8:2:2)"),
-    _long_n2("9:3"),
-)
-RUN_NAMES = (REFERENCE, *(pattern.name for pattern in PATTERNS))
+PATTERNS = {
+    "full_n512": Pattern(512, ("--attention_pattern", "full"), "full attention at N = 512 (the control)"),
+    "n512_n2_10-2": Pattern(512, _blockwise(2, "10:2"), "N = 512, n = 2 (10:2)"),
+    "n1024_n2_10-2": _long_n2("10:2"),
+    "n512_n3_8-2-2": Pattern(512, _blockwise(3, "8:2:2"), "N = 512, n = 3 (8:2:2)"),
+    "n1024_n2_9-3": _long_n2("9:3"),
+}
+RUN_NAMES = (REFERENCE, *PATTERNS)
 
 
 @dataclass
@@ -148,24 +146,12 @@ def run_dir(args: AdaptationArguments, name: str) -> Path:
     return Path(args.output_dir) / RUNS_DIR / name
 
 
-def _pattern(name: str) -> Pattern:
-    return next(pattern for pattern in PATTERNS if pattern.name == name)
-
-
-def sequence_length(args: AdaptationArguments, name: str) -> int:
-    return SOURCE_LENGTH if name == REFERENCE else _pattern(name).max_seq_length
-
-
 def schedule(args: AdaptationArguments, name: str) -> dict[str, int]:
     """A run's steps, and its evaluation, logging and checkpoint intervals."""
-    tokens = args.reference_tokens if name == REFERENCE else args.adaptation_tokens
-    steps = -(-tokens // args.tokens_per_batch)
+    steps = -(-(args.reference_tokens if name == REFERENCE else args.adaptation_tokens) // args.tokens_per_batch)
     eval_steps = max(1, math.ceil(steps / args.evaluations))
-    intervals = {
-        "logging_steps": max(1, eval_steps // 5),
-        "checkpointing_steps": args.checkpointing_steps or eval_steps,
-    }
-    return {"steps": steps, "eval_steps": eval_steps, **intervals}
+    every = {"logging_steps": max(1, eval_steps // 5), "checkpointing_steps": args.checkpointing_steps or eval_steps}
+    return {"steps": steps, "eval_steps": eval_steps, **every}
 
 
 def convert_args(args: AdaptationArguments, source: str | Path) -> list[str]:
@@ -180,26 +166,18 @@ def convert_args(args: AdaptationArguments, source: str | Path) -> list[str]:
 
 def run_mlm_args(args: AdaptationArguments, name: str) -> list[str]:
     """The `examples/run_mlm.py` arguments of a run (without `--resume`)."""
-    length = sequence_length(args, name)
+    length = SOURCE_LENGTH if name == REFERENCE else PATTERNS[name].max_seq_length
     plan = schedule(args, name)
     common = [
-        "--output_dir", str(run_dir(args, name)),
-        "--train_files", *args.train_files,
-        "--validation_files", *args.validation_files,
-        "--document_boundary", args.document_boundary,
-        "--max_seq_length", str(length),
-        "--tokens_per_batch", str(args.tokens_per_batch),
+        "--output_dir", str(run_dir(args, name)), "--train_files", *args.train_files,
+        "--validation_files", *args.validation_files, "--document_boundary", args.document_boundary,
+        "--max_seq_length", str(length), "--tokens_per_batch", str(args.tokens_per_batch),
         "--per_device_train_batch_size", str(args.tokens_per_micro_batch // length),
         "--per_device_eval_batch_size", str(args.tokens_per_micro_batch // length),
-        "--max_train_steps", str(plan["steps"]),
-        "--eval_steps", str(plan["eval_steps"]),
-        "--logging_steps", str(plan["logging_steps"]),
-        "--checkpointing_steps", str(plan["checkpointing_steps"]),
-        "--save_total_limit", "1",
-        "--eval_before_training",
-        "--mixed_precision", args.mixed_precision,
-        "--seed", str(args.seed),
-        "--report_to", "none",
+        "--max_train_steps", str(plan["steps"]), "--eval_steps", str(plan["eval_steps"]),
+        "--logging_steps", str(plan["logging_steps"]), "--checkpointing_steps", str(plan["checkpointing_steps"]),
+        "--save_total_limit", "1", "--eval_before_training", "--mixed_precision", args.mixed_precision,
+        "--seed", str(args.seed), "--report_to", "none",
     ]  # fmt: skip
     if args.max_eval_sequences is not None:
         common += ["--max_eval_sequences", str(args.max_eval_sequences)]
@@ -210,18 +188,13 @@ def run_mlm_args(args: AdaptationArguments, name: str) -> list[str]:
             "--hidden_dropout_prob", "0", "--attention_probs_dropout_prob", "0", *common,
         ]  # fmt: skip
     pattern = [
-        "--model_name_or_path", str(run_dir(args, REFERENCE) / FINAL_MODEL_DIR), *_pattern(name).options,
+        "--model_name_or_path", str(run_dir(args, REFERENCE) / FINAL_MODEL_DIR), *PATTERNS[name].options,
         "--learning_rate", str(args.learning_rate),
         "--hidden_dropout_prob", str(args.dropout), "--attention_probs_dropout_prob", str(args.dropout),
     ]  # fmt: skip
     if not args.train_word_embeddings:
         pattern.append("--freeze_word_embeddings")
     return pattern + common
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Running the steps
-# ---------------------------------------------------------------------------------------------------------------------
 
 
 def launch_words(args: AdaptationArguments, script: str, script_args: Sequence[str]) -> list[str]:
@@ -239,11 +212,6 @@ def _executable(words: list[str]) -> list[str]:
     return words
 
 
-def recorded_names(args: AdaptationArguments, source: str | Path) -> dict[str, Path]:
-    """The folders a recorded command names by variable, never by a path of the machine that ran it."""
-    return {"$OUTPUT_DIR": Path(args.output_dir), "$SOURCE_MODEL": Path(source)}
-
-
 def run_step(args: AdaptationArguments, label: str, script: str, script_args: list[str], names: Mapping) -> int:
     """Runs a step (a fresh process, or `main` here with `in_process`), appends its record to `commands.jsonl` and
     returns its exit status."""
@@ -257,28 +225,20 @@ def run_step(args: AdaptationArguments, label: str, script: str, script_args: li
         if args.threads:
             environment.update(OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
         returncode = subprocess.run(_executable(words), env=environment).returncode
-    record = {
-        "run": label,
-        "command": recorded_command(words, names),
-        "returncode": returncode,
-        "seconds": round(time.perf_counter() - started, 1),
-    }
+    seconds = round(time.perf_counter() - started, 1)
+    record = {"run": label, "command": recorded_command(words, names), "returncode": returncode, "seconds": seconds}
     with open(Path(args.output_dir) / COMMANDS_FILE, "a", encoding="utf-8") as handle:
         handle.write(json.dumps(record) + "\n")
     return returncode
 
 
-def converted_ready(args: AdaptationArguments) -> bool:
-    folder = Path(args.output_dir) / CONVERTED
-    return (folder / "config.json").is_file() and (folder / "model.safetensors").is_file()
-
-
 def run_chain(args: AdaptationArguments, source: str | Path) -> dict[str, str]:
     """Runs the steps left, in order; returns each selected run's state (`finished`, `stopped`, `waiting` for the
     reference, `planned` in a dry run, `failed`). A failed step stops the chain."""
-    names = recorded_names(args, source)
-    states = {}
-    if not converted_ready(args):
+    # The folders a recorded command names by variable, never by a path of the machine that ran it.
+    names = {"$OUTPUT_DIR": Path(args.output_dir), "$SOURCE_MODEL": Path(source)}
+    states, converted = {}, Path(args.output_dir) / CONVERTED
+    if not ((converted / "config.json").is_file() and (converted / "model.safetensors").is_file()):
         script = "convert_roberta_to_blockbert.py"
         if args.dry_run:
             print(f"{CONVERTED}: {shlex.join(launch_words(args, script, convert_args(args, source)))}", flush=True)
@@ -328,33 +288,6 @@ def check_chain_folder(args: AdaptationArguments) -> None:
         )
 
 
-def check_slicing(args: AdaptationArguments) -> None:
-    """A run stopped with `--stop_after_step` resumes from the checkpoint written at that step: it must be one."""
-    if args.stop_after_step is None:
-        return
-    every = schedule(args, args.runs[0])["checkpointing_steps"]
-    if args.stop_after_step % every:
-        lower = args.stop_after_step // every * every
-        raise ValueError(
-            f"--stop_after_step {args.stop_after_step} is not a checkpoint step of {args.runs[0]} (every {every} "
-            f"steps), so its work since step {lower} would be lost: use {lower or every} or {lower + every}, or set "
-            "--checkpointing_steps."
-        )
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Results
-# ---------------------------------------------------------------------------------------------------------------------
-
-
-def run_curves(folder: Path, tokens_per_batch: int) -> dict:
-    """A run's training-loss and held-out-loss curves from its `metrics.jsonl`, against tokens seen (B x N)."""
-    records = read_metrics(folder / METRICS_FILE) if (folder / METRICS_FILE).is_file() else []
-    train = [[record["step"] * tokens_per_batch, record["loss"]] for record in records if "loss" in record]
-    held_out = [[record["step"] * tokens_per_batch, record["eval_loss"]] for record in records if "eval_loss" in record]
-    return {"train_loss_curve": train, "held_out_loss_curve": held_out}
-
-
 def collect_results(args: AdaptationArguments) -> dict:
     """Every run's curves, final held-out loss and recorded commands, the chain's settings and the machine (the one
     that collects: the chain runs its steps there)."""
@@ -370,26 +303,27 @@ def collect_results(args: AdaptationArguments) -> dict:
         if not folder.is_dir():
             continue
         results = json.loads((folder / RESULTS_FILE).read_text()) if (folder / RESULTS_FILE).is_file() else {}
-        curves = run_curves(folder, args.tokens_per_batch)
+        records = read_metrics(folder / METRICS_FILE) if (folder / METRICS_FILE).is_file() else []
+        curves = {  # the training and held-out losses of its metrics.jsonl against tokens seen (B x N)
+            curve: [[record["step"] * args.tokens_per_batch, record[loss]] for record in records if loss in record]
+            for curve, loss in (("train_loss_curve", "loss"), ("held_out_loss_curve", "eval_loss"))
+        }
         runs[name] = {
-            "description": "MLM head alone on the frozen encoder" if name == REFERENCE else _pattern(name).description,
-            "max_seq_length": sequence_length(args, name),
+            "description": "MLM head alone on the frozen encoder" if name == REFERENCE else PATTERNS[name].description,
+            "max_seq_length": SOURCE_LENGTH if name == REFERENCE else PATTERNS[name].max_seq_length,
             "finished": bool(results.get("finished")),
             "held_out_loss_before": curves["held_out_loss_curve"][0][1] if curves["held_out_loss_curve"] else None,
             "held_out_loss": results.get("eval_loss"),
             "held_out_perplexity": results.get("eval_perplexity"),
-            "trained_parameters": results.get("trained_parameters"),
-            "train_tokens": results.get("train_tokens"),
-            "train_seconds": results.get("train_seconds"),
+            **{key: results.get(key) for key in ("trained_parameters", "train_tokens", "train_seconds")},
             "tokens_per_second": results.get("tokens_per_second"),
             **curves,
             "commands": commands.get(name, []),
         }
     settings = {key: value for key, value in vars(args).items() if key not in ADAPTATION_OUTPUTS.resume_safe}
-    settings["train_files"] = [Path(path).name for path in args.train_files]
-    settings["validation_files"] = [Path(path).name for path in args.validation_files]
-    settings["output_dir"] = "$OUTPUT_DIR"
-    settings["source_model"] = "$SOURCE_MODEL"
+    settings.update(output_dir="$OUTPUT_DIR", source_model="$SOURCE_MODEL")
+    for name in ("train_files", "validation_files"):
+        settings[name] = [Path(path).name for path in settings[name]]
     return {
         "machine": machine_description(),
         "settings": settings,
@@ -400,10 +334,7 @@ def collect_results(args: AdaptationArguments) -> dict:
 
 def plot_curves(results: Mapping, path: str | Path) -> None:
     """Training loss (left) and held-out loss (right) of every run against the tokens it has seen."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # no pyplot: nothing to show, no backend to choose
 
     figure = Figure(figsize=(11, 4.2), layout="constrained")
     train_axes, held_out_axes = figure.subplots(1, 2)
@@ -418,21 +349,21 @@ def plot_curves(results: Mapping, path: str | Path) -> None:
     write_file_atomically(path, lambda target: figure.savefig(target, dpi=120, format="png"))
 
 
-def write_results(args: AdaptationArguments) -> dict:
-    results = collect_results(args)
-    output_dir = Path(args.output_dir)
-    write_json_atomically(output_dir / RESULTS_JSON, results)
-    plot_curves(results, output_dir / CURVES_PNG)
-    return results
-
-
 def build_parser() -> HfArgumentParser:
     return HfArgumentParser(AdaptationArguments, description=__doc__, formatter_class=HelpFormatter)
 
 
 def prepare(args: AdaptationArguments) -> Path:
     """Checks the options, the inputs and the output folder before any work; returns the source model's folder."""
-    check_slicing(args)
+    if args.stop_after_step is not None:  # the sliced run resumes from the checkpoint of that step: it must be one
+        every = schedule(args, args.runs[0])["checkpointing_steps"]
+        lower = args.stop_after_step // every * every
+        if lower != args.stop_after_step:
+            raise ValueError(
+                f"--stop_after_step {args.stop_after_step} is not a checkpoint step of {args.runs[0]} (every {every} "
+                f"steps), so its work since step {lower} would be lost: use {lower or every} or {lower + every}, or "
+                "set --checkpointing_steps."
+            )
     missing = [path for path in [*args.train_files, *args.validation_files] if not Path(path).is_file()]
     if missing:
         raise FileNotFoundError(f"Data file(s) {', '.join(missing)} do not exist.")
@@ -454,7 +385,9 @@ def main(argv=None) -> int:
         return 2
     states = run_chain(args, source)
     if not args.dry_run and (Path(args.output_dir) / RUNS_DIR).is_dir():
-        results = write_results(args)
+        results = collect_results(args)
+        write_json_atomically(Path(args.output_dir) / RESULTS_JSON, results)
+        plot_curves(results, Path(args.output_dir) / CURVES_PNG)
         summary = {name: run["held_out_loss"] for name, run in results["runs"].items()}
         print(json.dumps({"states": states, "held_out_loss": summary}))
         print(f"written: {Path(args.output_dir) / RESULTS_JSON}")

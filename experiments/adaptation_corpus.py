@@ -19,7 +19,12 @@ from transformers import AutoTokenizer, HfArgumentParser, PreTrainedTokenizerBas
 
 from blockbert_benchmarks.measuring.machine import recorded_path
 from blockbert_experiments import option
-from blockbert_experiments.long_context import DEFAULT_DEV_TITLES, hold_out_dev_articles, read_article_halves
+from blockbert_experiments.long_context import (
+    DEFAULT_DEV_TITLES,
+    hold_out_dev_articles,
+    read_article_halves,
+    token_counts,
+)
 from blockbert_experiments.minilm import installed_minilm
 from blockbert_hf.saving import atomic_directory, sha256_of_file, write_json_atomically
 from blockbert_hf.train.pretraining import read_documents, split_documents
@@ -106,20 +111,6 @@ def novel_document(path: str | Path) -> str:
     return next(split_documents(body.splitlines(), "file"), "")
 
 
-def squad_documents(path: str | Path, dev_titles: Sequence[str]) -> tuple[list[str], dict]:
-    """The contexts of the first-half articles without the dev articles, one document per article; and which
-    articles went where."""
-    first, second = read_article_halves(path)
-    training, dev = hold_out_dev_articles(first, dev_titles)
-    documents = ["\n".join(article.paragraphs) for article in training]
-    split = {
-        "first_half_articles": [article.title for article in training],
-        "left_out_dev_articles": [article.title for article in dev],
-        "left_out_second_half_articles": len(second),
-    }
-    return documents, split
-
-
 def write_jsonl_gz(path: Path, documents: Iterable[str]) -> None:
     """One `{"text": ...}` record per document, its paragraphs separated by blank lines (as `split_documents` reads
     them back); gzip without a timestamp, so the same text gives the same bytes."""
@@ -130,17 +121,9 @@ def write_jsonl_gz(path: Path, documents: Iterable[str]) -> None:
             zipped.write((json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
 
 
-def count_tokens(documents: Sequence[str], tokenizer: PreTrainedTokenizerBase, batch: int = 64) -> list[int]:
-    counts = []
-    for begin in range(0, len(documents), batch):
-        encoded = tokenizer(list(documents[begin : begin + batch]), add_special_tokens=False, verbose=False)
-        counts += [len(ids) for ids in encoded["input_ids"]]
-    return counts
-
-
 def file_entry(relative: str, source: str, documents: Sequence[str], tokenizer: PreTrainedTokenizerBase) -> dict:
     """A manifest entry: documents, tokens and the packed sequences at each N of `SEQUENCE_LENGTHS`."""
-    counts = count_tokens(documents, tokenizer)
+    counts = token_counts(documents, tokenizer)
     prefix, suffix = special_token_template(tokenizer)
     specials = len(prefix) + len(suffix)
     sequences = {str(n): sum(-(-count // (n - specials)) for count in counts) for n in SEQUENCE_LENGTHS}
@@ -173,11 +156,13 @@ def build_corpus(args: CorpusArguments) -> dict:
     wiki_valid, unknown_valid = wikitext_documents(paths["wikitext2_valid"][0], unknown_token)
     wiki_test, unknown_test = wikitext_documents(paths["wikitext2_test"][0], unknown_token)
     novels = [novel_document(path) for path in paths["gutenberg"]]
-    squad, squad_split = squad_documents(paths["squad"][0], args.dev_titles)
+    first, second = read_article_halves(paths["squad"][0])
+    squad, dev = hold_out_dev_articles(first, args.dev_titles)  # SQuAD: the first half's training articles only
+    squad_contexts = ["\n".join(article.paragraphs) for article in squad]  # one document per article
     train = [
         (TRAIN_FILES[0], paths["wikitext2_valid"][0].name, wiki_valid),
         (TRAIN_FILES[1], ", ".join(path.name for path in paths["gutenberg"]), novels),
-        (TRAIN_FILES[2], f"{paths['squad'][0].name}, first half without the dev articles", squad),
+        (TRAIN_FILES[2], f"{paths['squad'][0].name}, first half without the dev articles", squad_contexts),
     ]
     held_out = [(HELD_OUT_FILE, paths["wikitext2_test"][0].name, wiki_test)]
     manifest = {
@@ -187,7 +172,12 @@ def build_corpus(args: CorpusArguments) -> dict:
         "train": [file_entry(*entry, tokenizer) for entry in train],
         "held_out": [file_entry(*entry, tokenizer) for entry in held_out],
         "wikitext_unknown_words": {"valid": unknown_valid, "test": unknown_test, "written_as": unknown_token},
-        "squad": {"dev_titles": list(args.dev_titles), **squad_split},
+        "squad": {
+            "dev_titles": list(args.dev_titles),
+            "first_half_articles": [article.title for article in squad],
+            "left_out_dev_articles": [article.title for article in dev],
+            "left_out_second_half_articles": len(second),
+        },
         "source_sha256": {path.name: sha256_of_file(path) for files in paths.values() for path in files},
     }
     manifest["totals"] = {"train": _totals(manifest["train"]), "held_out": _totals(manifest["held_out"])}
@@ -214,8 +204,7 @@ def build_parser() -> HfArgumentParser:
 
 
 def main(argv=None) -> int:
-    parser = build_parser()
-    (args,) = parser.parse_args_into_dataclasses(args=argv)
+    (args,) = build_parser().parse_args_into_dataclasses(args=argv)
     try:
         manifest = build_corpus(args)
     except (FileNotFoundError, FileExistsError, ValueError) as error:

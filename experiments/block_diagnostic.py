@@ -23,15 +23,6 @@ from blockbert_hf.train.pretraining import VALIDATION_SEED, MaskingCollator, rea
 from blockbert_hf.train.runs import HelpFormatter
 
 
-def diagnostic_block_size(config, block_size: int | None = None) -> int:
-    """`b`: the model's own block size when it is blockwise, else `block_size` or half of N."""
-    if block_size is not None:
-        return block_size
-    if config.attention_pattern == "blockwise" and config.num_blocks >= 2:
-        return config.effective_block_size
-    return config.max_sequence_length // 2
-
-
 def full_sequences(paths: Sequence[str], tokenizer, seq_len: int, boundary: str = "file", limit: int | None = None):
     """The packed held-out sequences of exactly `seq_len` tokens (a document's shorter last one is left out); with
     `limit`, that many spread evenly over them, so that they come from many documents."""
@@ -49,21 +40,8 @@ def partners(documents: Sequence[int]) -> list[int]:
     chosen = []
     for index, document in enumerate(documents):
         candidates = [(index + half + step) % count for step in range(count)]
-        others = [other for other in candidates if documents[other] != document]
-        chosen.append(others[0] if others else candidates[0])
+        chosen.append(next((other for other in candidates if documents[other] != document), candidates[0]))
     return chosen
-
-
-def _block_one_masks(sequences, tokenizer, block_size: int, mlm_probability: float):
-    """(original ids, masked ids, labels): masks drawn as run_mlm validates, then kept on block 1 only."""
-    rows = [{"input_ids": row["input_ids"], "sequence_id": row["sequence_id"]} for row in sequences]
-    batch = MaskingCollator(tokenizer, VALIDATION_SEED, "block-diagnostic", mlm_probability)(rows)
-    original = torch.tensor([row["input_ids"] for row in rows])
-    block_one = torch.zeros_like(original, dtype=torch.bool)
-    block_one[:, block_size : 2 * block_size] = True
-    masked = torch.where(block_one, batch["input_ids"], original)
-    labels = batch["labels"].masked_fill(~block_one, -100)
-    return original, masked, labels
 
 
 @torch.no_grad()
@@ -79,26 +57,30 @@ def _loss_sums(model, input_ids, labels, batch_size: int) -> tuple[torch.Tensor,
     return torch.cat(sums), torch.cat(counts)
 
 
-def block_context_diagnostic(
-    model,
-    tokenizer,
-    sequences,
-    block_size: int | None = None,
-    batch_size: int = 8,
-    mlm_probability: float = 0.15,
-) -> dict:
+def block_context_diagnostic(model, tokenizer, sequences, block_size: int | None = None, batch_size: int = 8) -> dict:
     """The MLM loss of block 1's masked tokens with the true block 0 and with another sequence's, their difference and
-    its standard error over sequences (a ratio estimate). `sequences`: rows as `full_sequences` gives them."""
+    its standard error over sequences (a ratio estimate). `sequences`: rows as `full_sequences` gives them; `b`:
+    `block_size`, else the model's own where it is blockwise, else N / 2."""
     if len(sequences) < 2:
         raise ValueError(f"The diagnostic needs at least 2 full held-out sequences (it has {len(sequences)}).")
     lengths = {len(row["input_ids"]) for row in sequences}
-    b = diagnostic_block_size(model.config, block_size)
+    b, config = block_size, model.config
+    if b is None:
+        blockwise = config.attention_pattern == "blockwise" and config.num_blocks >= 2
+        b = config.effective_block_size if blockwise else config.max_sequence_length // 2
     if len(lengths) != 1 or 2 * b > min(lengths):
         raise ValueError(
             f"The sequences have {sorted(lengths)} tokens; the diagnostic needs sequences of one length holding two "
             f"blocks of b = {b}."
         )
-    original, masked, labels = _block_one_masks(sequences, tokenizer, b, mlm_probability)
+    # Masks drawn as run_mlm validates, then kept on block 1 only.
+    rows = [{"input_ids": row["input_ids"], "sequence_id": row["sequence_id"]} for row in sequences]
+    batch = MaskingCollator(tokenizer, VALIDATION_SEED, "block-diagnostic")(rows)
+    original = torch.tensor([row["input_ids"] for row in rows])
+    block_one = torch.zeros_like(original, dtype=torch.bool)
+    block_one[:, b : 2 * b] = True
+    masked = torch.where(block_one, batch["input_ids"], original)
+    labels = batch["labels"].masked_fill(~block_one, -100)
     documents = [row["document"] for row in sequences]
     partner = torch.tensor(partners(documents))
     shuffled = masked.clone()
@@ -145,8 +127,7 @@ def build_parser() -> HfArgumentParser:
 
 
 def main(argv=None) -> int:
-    parser = build_parser()
-    (args,) = parser.parse_args_into_dataclasses(args=argv)
+    (args,) = build_parser().parse_args_into_dataclasses(args=argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     model = AutoModelForMaskedLM.from_pretrained(args.model_path)

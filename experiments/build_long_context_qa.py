@@ -13,7 +13,6 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NoReturn
 
 from blockbert_experiments import option
 
@@ -23,7 +22,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported:
 from transformers import AutoTokenizer, HfArgumentParser  # noqa: E402
 
 from blockbert_experiments.long_context import LongContextConfig, build_long_context_sets, stats_table  # noqa: E402
-from blockbert_hf.saving import OutputOverwritesInputError, check_output_keeps_inputs  # noqa: E402
+from blockbert_hf.saving import check_output_keeps_inputs  # noqa: E402
 from blockbert_hf.train.runs import HelpFormatter  # noqa: E402
 
 
@@ -41,35 +40,22 @@ def build_parser() -> HfArgumentParser:
     return HfArgumentParser((BuildArguments, LongContextConfig), description=__doc__, formatter_class=HelpFormatter)
 
 
-def fail(message: str) -> NoReturn:
-    """A user error: one line naming the option and what to do, exit status 2 (as argparse exits), no traceback."""
-    print(f"build_long_context_qa.py: error: {message}", file=sys.stderr)
-    raise SystemExit(2)
-
-
 def check_arguments(arguments: BuildArguments) -> None:
-    """The paths, checked before any work: the SQuAD file and the tokenizer folder exist, the output folder does not
-    (unless --overwrite_output_dir)."""
-    if not Path(arguments.squad_file).is_file():
-        fail(
-            f"--squad_file {arguments.squad_file} does not exist or is not a file: pass a SQuAD-format .json(.gz) "
-            "file, e.g. SQuAD v1.1 dev (dev-v1.1.json.gz)."
-        )
+    """The tokenizer and output folders, checked before any work (the SQuAD file is checked where it is read)."""
     if not Path(arguments.tokenizer).is_dir():
-        fail(
+        raise ValueError(
             f"--tokenizer {arguments.tokenizer} does not exist or is not a folder: pass the model's tokenizer folder "
             "(e.g. $MINILM, the installed all-MiniLM-L6-v2)."
         )
     output_dir = Path(arguments.output_dir)
     if output_dir.exists() and not output_dir.is_dir():
-        fail(f"--output_dir {output_dir} is a file: pass a folder to write the sets into.")
+        raise ValueError(f"--output_dir {output_dir} is a file: pass a folder to write the sets into.")
     if output_dir.exists() and not arguments.overwrite_output_dir:
-        fail(f"{output_dir} already exists: choose another --output_dir or pass --overwrite_output_dir to replace it.")
+        raise ValueError(
+            f"{output_dir} already exists: choose another --output_dir or pass --overwrite_output_dir to replace it."
+        )
     inputs = {"--squad_file": arguments.squad_file, "--tokenizer": arguments.tokenizer}
-    try:
-        check_output_keeps_inputs(output_dir, inputs, output_name="--output_dir")
-    except OutputOverwritesInputError as error:
-        fail(str(error))
+    check_output_keeps_inputs(output_dir, inputs, output_name="--output_dir")
 
 
 def _first_line(error: Exception) -> str:
@@ -77,23 +63,23 @@ def _first_line(error: Exception) -> str:
 
 
 def main(argv=None) -> int:
+    # A bad option, input or data stops the build before it writes: one line saying what to do, exit 2, no traceback.
     try:
-        arguments, config = build_parser().parse_args_into_dataclasses(args=argv)
-    except ValueError as error:  # LongContextConfig's own checks (set names, lengths, question counts)
-        fail(_first_line(error))
-    check_arguments(arguments)
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(arguments.tokenizer)
-    except (OSError, ValueError) as error:
-        fail(f"--tokenizer {arguments.tokenizer} holds no tokenizer that loads ({_first_line(error)}).")
-    started = time.perf_counter()
-    try:  # bad data (e.g. a set asking for more questions than the file has) stops the build before it writes
+        arguments, config = build_parser().parse_args_into_dataclasses(args=argv)  # LongContextConfig checks its own
+        check_arguments(arguments)
+        logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(arguments.tokenizer)
+        except (OSError, ValueError) as error:
+            message = f"--tokenizer {arguments.tokenizer} holds no tokenizer that loads ({_first_line(error)})."
+            raise ValueError(message) from None
+        started = time.perf_counter()
         built = build_long_context_sets(
             arguments.squad_file, arguments.output_dir, tokenizer, config, overwrite=arguments.overwrite_output_dir
         )
     except (OSError, ValueError) as error:
-        fail(_first_line(error))
+        print(f"build_long_context_qa.py: error: {_first_line(error)}", file=sys.stderr)
+        raise SystemExit(2) from None
     elapsed = time.perf_counter() - started
     logging.info(f"Wrote {len(built.manifest['sets'])} sets to {built.output_dir} in {elapsed:.1f} s")
     print(stats_table(built.stats))

@@ -1,7 +1,5 @@
-"""make demo: long-document question answering with BlockBERT, from real pretrained weights, on a CPU.
-
-Options: `--help`; the code and its documentation: `blockbert_experiments.demo`.
-"""
+"""make demo: long-document question answering with BlockBERT, from real pretrained weights, on a CPU. Options:
+`--help`; the code and its documentation: `blockbert_experiments.demo`."""
 
 import os
 import sys

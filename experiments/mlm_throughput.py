@@ -20,37 +20,24 @@ from transformers import HfArgumentParser
 
 from blockbert_benchmarks.measuring.machine import machine_description, recorded_path
 from blockbert_experiments import option
-from blockbert_hf.train.runs import HelpFormatter
+from blockbert_hf.train.runs import HelpFormatter, read_metrics
 
 
 # The settings that decide a step's cost, copied from the run's record.
 SPEED_SETTINGS = (
-    "model_name_or_path",
-    "attention_pattern",
-    "num_blocks",
-    "heads_per_shift",
-    "max_seq_length",
-    "tokens_per_batch",
-    "per_device_train_batch_size",
-    "freeze_word_embeddings",
-    "train_only_mlm_head",
-    "mixed_precision",
+    "model_name_or_path", "attention_pattern", "num_blocks", "heads_per_shift", "max_seq_length", "tokens_per_batch",
+    "per_device_train_batch_size", "freeze_word_embeddings", "train_only_mlm_head", "mixed_precision",
     "attn_implementation",
-)
-
-
-def logged_steps(run_dir: str | Path) -> list[dict]:
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist: give the output folder of a run_mlm.py run.")
-    with open(path) as file:
-        return [row for row in map(json.loads, file) if "tokens_per_second" in row]
+)  # fmt: skip
 
 
 def run_speed(run_dir: str | Path, warmup_steps: int = 1, corpus_tokens: int | None = None) -> dict:
     """Real (unpadded) tokens per second of training over the logged steps after the first `warmup_steps`, from the
     cumulative `real_tokens_seen` and `train_seconds` (so a step logged late is neither lost nor counted twice)."""
-    steps = logged_steps(run_dir)
+    metrics = Path(run_dir) / "metrics.jsonl"
+    if not metrics.is_file():
+        raise FileNotFoundError(f"{metrics} does not exist: give the output folder of a run_mlm.py run.")
+    steps = [row for row in read_metrics(metrics) if "tokens_per_second" in row]
     if len(steps) <= warmup_steps:
         raise ValueError(
             f"{run_dir} logged {len(steps)} training step(s), not more than the {warmup_steps} warm-up step(s) left "
@@ -72,10 +59,8 @@ def run_speed(run_dir: str | Path, warmup_steps: int = 1, corpus_tokens: int | N
         "tokens_per_second_by_step": {row["step"]: round(row["tokens_per_second"], 1) for row in steps},
     }
     if corpus_tokens:
-        result["hours_per_epoch"] = {
-            "train_tokens": corpus_tokens,
-            "hours": round(corpus_tokens * seconds / tokens / 3600, 2),
-        }
+        hours = round(corpus_tokens * seconds / tokens / 3600, 2)
+        result["hours_per_epoch"] = {"train_tokens": corpus_tokens, "hours": hours}
     return result
 
 
@@ -94,17 +79,14 @@ def build_parser() -> HfArgumentParser:
 
 
 def main(argv=None) -> int:
-    parser = build_parser()
-    (args,) = parser.parse_args_into_dataclasses(args=argv)
+    (args,) = build_parser().parse_args_into_dataclasses(args=argv)
     try:
         result = run_speed(args.run_dir, args.warmup_steps, args.corpus_tokens)
     except (FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     result.update(command=args.command, conditions=args.conditions)
-    with open(args.output, "w") as file:
-        json.dump(result, file, indent=2)
-        file.write("\n")
+    Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
     print(f"{result['tokens_per_second']:.0f} tokens/s; written: {args.output}")
     return 0
 

