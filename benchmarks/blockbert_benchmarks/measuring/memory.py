@@ -61,7 +61,7 @@ def available_memory_bytes() -> int | None:
     return None
 
 
-def _reset_peak_resident_set() -> int | None:
+def reset_peak_resident_set() -> int | None:
     """Resets the kernel's high-water mark of this process's resident set (Linux >= 4.0) and returns the current
     resident set; None where that is not possible."""
     try:
@@ -122,7 +122,7 @@ def track_peak_memory(device: str | torch.device = "cpu"):
     # Kineto, the profiler's back end, prints its start and stop ("USDT: ... profiler_start") on stderr, which reads as
     # an error; level 6 silences it. Read when the profiler first starts in the process; a value the user set is kept.
     os.environ.setdefault("KINETO_LOG_LEVEL", "6")
-    resident_on_entry = _reset_peak_resident_set()
+    resident_on_entry = reset_peak_resident_set()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
         yield record
     peak_resident = process_status_bytes("VmHWM")

@@ -14,7 +14,7 @@ from os.path import relpath
 from pathlib import Path
 
 from blockbert_benchmarks.measuring.machine import recorded_command
-from blockbert_benchmarks.measuring.memory import _reset_peak_resident_set, process_status_bytes
+from blockbert_benchmarks.measuring.memory import process_status_bytes, reset_peak_resident_set
 
 from .. import EXAMPLES_DIR, run_example_in_process
 from .grid import Cell, ComparisonConfig, batch_sizes, cell_recipe, eval_batch_size
@@ -150,7 +150,7 @@ def run_step(config: ComparisonConfig, script: str, args: Sequence[str], check: 
     logger.info(f"Running: {command_line(script, args)}")
     started = time.perf_counter()
     if config.in_process:  # its peak RSS from /proc, where the high-water mark can be reset
-        reset = _reset_peak_resident_set() is not None
+        reset = reset_peak_resident_set() is not None
         returncode = run_example_in_process(script, args)
         peak_rss_mb = process_status_bytes("VmHWM") / 2**20 if reset else None
     else:
