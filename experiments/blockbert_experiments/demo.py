@@ -32,9 +32,10 @@ from blockbert_hf import BlockBertConfig
 from blockbert_hf.conversion import REPORT_FILE, with_blockwise_fields
 from blockbert_hf.conversion.weights import extend_position_embeddings
 from blockbert_hf.model.configuration_blockbert import parse_heads_per_shift
-from blockbert_hf.model.modeling_blockbert import BlockBertForQuestionAnswering
+from blockbert_hf.model.modeling_blockbert import BlockBertForQuestionAnswering, BlockBertModel
 from blockbert_hf.model.question_answering_windows import check_window_layout
 from blockbert_hf.saving import check_output_keeps_inputs, sha256_of_file, write_file_atomically, write_json_atomically
+from blockbert_hf.tokenization import match_tokenizer_to_config
 from blockbert_hf.train.qa import read_squad_json
 from blockbert_hf.train.runs import METRICS_FILE, RUN_ARGS_FILE, HelpFormatter, cpu_has_native_bf16, read_metrics
 
@@ -46,7 +47,8 @@ from .minilm import MINILM_VARIABLE, installed_minilm
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = REPO_ROOT / "data" / "samples"
 RESULTS_KIND = "blockbert-hf demo"
-DEMO_OUTPUTS = ("data", "converted", "qa", "results.json", "report.md")  # what it writes (a rerun replaces it)
+# What it writes (a rerun replaces it); `reshaped` instead of `converted` where the source is a BlockBERT folder.
+DEMO_OUTPUTS = ("data", "converted", "reshaped", "qa", "results.json", "report.md")
 PATH_ARGUMENTS = ("output_dir", "source_model", "train_file", "held_out_file")  # recorded as `recorded_path` does
 DOC_STRIDE = 128  # run_qa's default overlap of training windows: a window must be longer
 MIXED_PRECISION_CHOICES = ("auto", "no", "bf16")
@@ -321,16 +323,20 @@ def format_report(results: Mapping) -> str:
 @dataclass
 class DemoArguments:
     output_dir: str = option("outputs/demo", "everything the demo makes (replaced by a rerun)")
-    source_model: str | None = option(None, "BERT/RoBERTa folder to start from (default: all-MiniLM-L6-v2)")
+    source_model: str | None = option(
+        None,
+        "BERT/RoBERTa folder to convert (default: all-MiniLM-L6-v2), or a BlockBERT folder (e.g. the self-distilled "
+        "encoder of experiments/distilled_checkpoint.py), which keeps its weights and takes the demo's N, n and heads",
+    )
     train_file: str = option(
         str(SAMPLES / "squad_v1.1_dev_train_articles.json.gz"),
         "SQuAD-format file to fine-tune on (the held-out article is left out)",
     )
     held_out_file: str = option(str(SAMPLES / "squad_v1.1_dev_sample.json"), "SQuAD file with the held-out article")
     held_out_title: str = option("Sky_(United_Kingdom)", "the held-out article's title")
-    max_seq_length: int = option(1024, "N of the converted model")
-    num_blocks: int = option(2, "n of the converted model")
-    heads_per_shift: str = option("10:2", "heads per shift of the converted model")
+    max_seq_length: int = option(1024, "N of the model")
+    num_blocks: int = option(2, "n of the model")
+    heads_per_shift: str = option("10:2", "heads per shift of the model")
     block_relative_positions: bool = option(True, "positions restart at every block (else they run on through N)")
     window_layout: str = option("question_prefixed_blocks", "question_prefixed_blocks or question_first")
     train_window: int = option(640, "tokens per training window: more than (n - 1) blocks")
@@ -427,6 +433,8 @@ def check_options(args: DemoArguments) -> None:
         )
     if args.source_model is not None and not (source / "config.json").is_file():
         raise ValueError(f"--source_model {source} has no config.json: pass a saved BERT or RoBERTa model folder.")
+    if args.source_model is not None and is_blockbert_folder(source):
+        reshaped_config(args, source)
 
 
 def check_output_dir(output_dir: Path) -> None:
@@ -487,6 +495,45 @@ def prepare(args: DemoArguments, output_dir: Path) -> tuple[Path, HeldOutArticle
     return source, held_out, training
 
 
+def is_blockbert_folder(folder: Path) -> bool:
+    """Whether a model folder holds a BlockBERT checkpoint (its config's model_type), rather than BERT or RoBERTa."""
+    return json.loads((folder / "config.json").read_text(encoding="utf-8")).get("model_type") == "blockbert"
+
+
+def reshaped_config(args: DemoArguments, source: Path) -> BlockBertConfig:
+    """The config of a BlockBERT source with the demo's n, heads per shift and positions; a `ValueError` where its
+    position rows do not give the demo's N. Blockwise attention has no weights of its own, so the weights stay."""
+    config = BlockBertConfig.from_pretrained(source)
+    shape = {"num_blocks": args.num_blocks, "heads_per_shift": parse_heads_per_shift(args.heads_per_shift)}
+    shape["block_relative_positions"] = args.block_relative_positions
+    shape["block_size"] = args.max_seq_length // args.num_blocks if args.block_relative_positions else None
+    try:
+        config = BlockBertConfig.from_dict({**config.to_dict(), **shape})
+    except ValueError as error:
+        raise ValueError(f"--source_model {source} cannot take the demo's model shape: {error}") from None
+    if config.max_sequence_length != args.max_seq_length:
+        raise ValueError(
+            f"--source_model {source} is a BlockBERT folder with {config.max_position_embeddings} positions, which "
+            f"give N = {config.max_sequence_length}, not --max_seq_length {args.max_seq_length}: keep "
+            "--block_relative_positions (blocks of at most its positions), or pass that N."
+        )
+    return config
+
+
+def reshape(args: DemoArguments, source: Path, reshaped: Path) -> None:
+    """Saves a BlockBERT source's encoder (no pooler or task head: the demo fine-tunes a QA head) and tokenizer with the
+    demo's model shape (`reshaped_config`)."""
+    config = reshaped_config(args, source)
+    print(
+        f"\nBlockBERT source {source}: its weights, with N = {config.max_sequence_length}, n = {config.num_blocks}, "
+        f"heads per shift {args.heads_per_shift}, block size {config.effective_block_size}\n",
+        flush=True,
+    )
+    BlockBertModel.from_pretrained(source, config=config, add_pooling_layer=False).save_pretrained(reshaped)
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    match_tokenizer_to_config(tokenizer, config).save_pretrained(reshaped)
+
+
 def convert(args: DemoArguments, source: Path, converted: Path) -> str:
     """Converts the source model to BlockBERT; returns the command, as recorded."""
     if args.block_relative_positions:
@@ -502,11 +549,11 @@ def convert(args: DemoArguments, source: Path, converted: Path) -> str:
     )
 
 
-def fine_tune(args: DemoArguments, converted: Path, trained: Path, training_file: str) -> str:
-    """Fine-tunes the converted model for question answering; returns the command, as recorded."""
+def fine_tune(args: DemoArguments, starting_model: Path, trained: Path, training_file: str) -> str:
+    """Fine-tunes the starting model (converted or reshaped) for QA; returns the command, as recorded."""
     return run_script(
         "run_qa.py",
-        ["--model_name_or_path", str(converted), "--train_file", training_file, "--do_train"]
+        ["--model_name_or_path", str(starting_model), "--train_file", training_file, "--do_train"]
         + ["--output_dir", str(trained), "--overwrite_output_dir", "--group_by_length"]
         + ["--max_seq_length", str(args.train_window), "--num_train_epochs", f"{args.num_train_epochs:g}"]
         + ["--learning_rate", f"{args.learning_rate:g}", "--per_device_train_batch_size"]
@@ -524,10 +571,17 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     output_dir = Path(args.output_dir)
     source, held_out, training = prepare(args, output_dir)
-    converted, trained = output_dir / "converted", output_dir / "qa"
-    convert_command = convert(args, source, converted)
+    trained = output_dir / "qa"
+    if is_blockbert_folder(source):
+        starting_model = output_dir / "reshaped"
+        reshape(args, source, starting_model)
+        start = {"reshaped_from": recorded_path(source), "folder": recorded_path(starting_model)}
+    else:
+        starting_model = output_dir / "converted"
+        command = convert(args, source, starting_model)
+        start = {"command": command, "folder": recorded_path(starting_model), **conversion_outcome(starting_model)}
     train_started = time.perf_counter()
-    train_command = fine_tune(args, converted, trained, training["file"])
+    train_command = fine_tune(args, starting_model, trained, training["file"])
     train_seconds = time.perf_counter() - train_started
     model_folder = trained / "model"
 
@@ -545,7 +599,7 @@ def main(argv=None) -> int:
         "arguments": recorded_arguments(asdict(args)),
         "machine": machine_description(),
         "source_model": {"path": recorded_path(source), "sha256": source_sha256},
-        "conversion": {"command": convert_command, "folder": recorded_path(converted), **conversion_outcome(converted)},
+        "conversion": start,
         "model": {
             "folder": recorded_path(model_folder),
             **{key: getattr(args, key) for key in ("max_seq_length", "num_blocks", "heads_per_shift")},
@@ -572,7 +626,7 @@ def main(argv=None) -> int:
     print(
         f"\nDone in {results['elapsed_seconds'] / 60:.1f} min ({torch.get_num_threads()} CPU threads)."
         f"\n  fine-tuned model: {model_folder}  (its model card: {model_folder / 'README.md'})"
-        f"\n  converted model:  {converted}  (conversion_report.json)"
+        f"\n  starting model:   {starting_model}"
         f"\n  results:          {results_file}"
         f'\n  try it:           python -c "from transformers import pipeline; '
         f"qa = pipeline('question-answering', model='{model_folder}', trust_remote_code=True); "

@@ -9,6 +9,8 @@ import shutil
 import pytest
 import torch
 from conftest import REPO_ROOT, tiny_config
+from safetensors.torch import load_file
+from transformers import AutoTokenizer
 
 from blockbert_experiments import demo
 from blockbert_experiments.demo import (
@@ -21,7 +23,7 @@ from blockbert_experiments.demo import (
     with_running_positions,
     write_training_file,
 )
-from blockbert_hf import BlockBertForQuestionAnswering
+from blockbert_hf import BlockBertConfig, BlockBertForQuestionAnswering, BlockBertModel
 from blockbert_hf.conversion import with_blockwise_fields
 from blockbert_hf.tokenization import match_tokenizer_to_config
 
@@ -253,6 +255,48 @@ def test_a_source_model_folder_without_a_config_is_refused(demo_cli, tmp_path, c
     with pytest.raises(SystemExit) as exit_info:
         demo_cli.main(["--output_dir", str(tmp_path / "demo"), "--source_model", str(tmp_path / "weights")])
     assert exit_info.value.code == 2 and "no config.json" in capsys.readouterr().err
+
+
+@pytest.fixture
+def blockbert_source(tmp_path, tokenizer):
+    """A saved tiny BlockBERT encoder shaped as experiments/distilled_checkpoint.py saves its checkpoint: N = 512,
+    n = 2, positions restarting in each block of 256, no pooler."""
+    config = tiny_config(vocab_size=len(tokenizer), max_position_embeddings=514, heads_per_shift="3:1",
+                         block_relative_positions=True, block_size=256)  # fmt: skip
+    folder = tmp_path / "distilled"
+    BlockBertModel(config, add_pooling_layer=False).save_pretrained(folder)
+    match_tokenizer_to_config(copy.deepcopy(tokenizer), config).save_pretrained(folder)  # the fixture is shared
+    return folder
+
+
+def test_a_blockbert_source_keeps_its_weights_and_takes_the_demos_model_shape(blockbert_source, tmp_path):
+    args = demo.DemoArguments(source_model=str(blockbert_source), heads_per_shift="3:1")
+    demo.reshape(args, blockbert_source, tmp_path / "reshaped")
+    config = BlockBertConfig.from_pretrained(tmp_path / "reshaped")
+    assert (config.max_sequence_length, config.num_blocks, config.heads_per_shift) == (1024, 2, [3, 1])
+    assert config.block_relative_positions and config.effective_block_size == 512
+    source, reshaped = (load_file(folder / "model.safetensors") for folder in (blockbert_source, tmp_path / "reshaped"))
+    assert source.keys() == reshaped.keys() and all(torch.equal(source[name], reshaped[name]) for name in source)
+    assert AutoTokenizer.from_pretrained(tmp_path / "reshaped").model_max_length == 1024
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["--block_relative_positions", "false"], "which give N = 512, not --max_seq_length 1024"),
+        (["--max_seq_length", "2048", "--train_window", "1100"], "cannot take the demo's model shape"),
+    ],
+)
+def test_a_blockbert_source_whose_positions_cannot_give_the_demos_n_is_refused(
+    demo_cli, blockbert_source, tmp_path, capsys, options, message
+):
+    output_dir = tmp_path / "demo"
+    with pytest.raises(SystemExit) as exit_info:
+        demo_cli.main(["--output_dir", str(output_dir), "--source_model", str(blockbert_source),
+                       "--heads_per_shift", "3:1", *options])  # fmt: skip
+    error = capsys.readouterr().err
+    assert exit_info.value.code == 2 and message in error and "Traceback" not in error
+    assert not output_dir.exists()
 
 
 def _demo_folder(folder, kind="blockbert-hf demo"):
