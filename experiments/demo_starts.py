@@ -111,7 +111,7 @@ Written by `{results["command"]}` from the demo runs' `results.json` (everything
 {rows}
 
 Distilled minus converted, whole article: {decision["gain"]:+.1f} F1 against a larger seed spread of
-{decision["larger_seed_spread"]:.1f}; building the checkpoint took {results["build_seconds"]:.0f} s (limit
+{decision["larger_seed_spread"]:.1f}; building the checkpoint took {results["build_seconds"]:.1f} s (limit
 {MAX_ADDED_SECONDS} s). **The demo {verdict}.** Held out: the 108 questions of one article, so these figures place
 the demo only; the distillation's measured effect is in [Stage A](../../distillation/stage_a/README.md).
 """

@@ -37,6 +37,7 @@ INFERENCE = "results/benchmarks/inference.json"
 PRETRAINING = "results/pretraining_comparison/comparison.json"
 QA_HALVES = "results/qa_squad_halves/eval_metrics.json"
 DEMO = "results/demo/results.json"
+DEMO_STARTS = "results/demo/starts/results.json"
 QA_COMPARISON = "results/qa_comparison/results.json"
 DURATIONS = "results/test_durations.json"
 BLOCKWISE_512, FULL_512 = "n512_n2_10-2_seed0", "n512_full_seed0"
@@ -338,6 +339,18 @@ FIGURES = {
         Figure("and {}x the peak memory of full attention", DEMO, demo_cost("eager", "n4", "memory")),
         Figure("it took {}x the time", DEMO, demo_cost("sdpa", "n4", "time")),
         Figure("time and {}x the peak memory.", DEMO, demo_cost("sdpa", "n4", "memory")),
+        # Which model the demo starts from (results/demo/starts).
+        Figure(
+            "scored a whole-article F1 of {} and",
+            DEMO_STARTS,
+            json_key("converted", "mean_whole_article_f1"),
+            "{:.1f}",
+        ),
+        Figure(
+            "and the self-distilled one {} (seed", DEMO_STARTS, json_key("distilled", "mean_whole_article_f1"), "{:.1f}"
+        ),
+        Figure("(seed spreads {} and", DEMO_STARTS, json_key("converted", "seed_spread"), "{:.1f}"),
+        Figure("and {})", DEMO_STARTS, json_key("distilled", "seed_spread"), "{:.1f}"),
         # What the measurements show: the benchmarks (BERT-base dims, same-run ratios, docs/benchmarks.md).
         Figure("n = 2 needs {}x", TRAIN_STEP, TRAINING_MEMORY_N2),
         Figure(
