@@ -57,6 +57,7 @@ def start_summary(runs: list[dict]) -> dict:
     whole = [run["held_out"]["whole_document"]["f1"] for run in runs]
     return {
         "seeds": [run["arguments"]["seed"] for run in runs],
+        "questions": runs[0]["held_out"]["whole_document"]["questions"],
         "source_model": runs[0]["arguments"]["source_model"],
         "whole_article_f1": whole,
         "own_paragraph_f1": [run["held_out"]["own_paragraph"]["f1"] for run in runs],
@@ -112,8 +113,9 @@ Written by `{results["command"]}` from the demo runs' `results.json` (everything
 
 Distilled minus converted, whole article: {decision["gain"]:+.1f} F1 against a larger seed spread of
 {decision["larger_seed_spread"]:.1f}; building the checkpoint took {results["build_seconds"]:.1f} s (limit
-{MAX_ADDED_SECONDS} s). **The demo {verdict}.** Held out: the 108 questions of one article, so these figures place
-the demo only; the distillation's measured effect is in [Stage A](../../distillation/stage_a/README.md).
+{MAX_ADDED_SECONDS} s). **The demo {verdict}.** Held out: the {converted["questions"]} questions of one article, so
+these figures place the demo only; the distillation's measured effect is in
+[Stage A](../../distillation/stage_a/README.md).
 """
 
 
@@ -150,8 +152,9 @@ def main(argv=None) -> int:
     }
     args.output_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomically(args.output_dir / "results.json", results)
-    write_file_atomically(args.output_dir / "README.md", report(results))
-    print(report(results))
+    text = report(results)
+    write_file_atomically(args.output_dir / "README.md", text)
+    print(text)
     return 0
 
 

@@ -17,7 +17,7 @@ def _demo_run(folder, seed, whole_f1, source=None, machine="2-core CPU", epochs=
         "command": f"python experiments/demo.py --seed {seed}",
         "machine": machine,
         "arguments": {"seed": seed, "source_model": source, "output_dir": str(folder), "num_train_epochs": epochs},
-        "held_out": {"whole_document": {"f1": whole_f1}, "own_paragraph": {"f1": 60.0 + seed}},
+        "held_out": {"whole_document": {"f1": whole_f1, "questions": 7}, "own_paragraph": {"f1": 60.0 + seed}},
         "elapsed_seconds": 600.0,
     }
     (folder / "results.json").write_text(json.dumps(results))
@@ -25,8 +25,9 @@ def _demo_run(folder, seed, whole_f1, source=None, machine="2-core CPU", epochs=
 
 
 def _summary(*whole_f1):
+    held_out = {"own_paragraph": {"f1": 60.0}}
     return script.start_summary([{"arguments": {"seed": seed, "source_model": None}, "command": "demo",
-                                  "held_out": {"whole_document": {"f1": f1}, "own_paragraph": {"f1": 60.0}},
+                                  "held_out": {**held_out, "whole_document": {"f1": f1, "questions": 7}},
                                   "elapsed_seconds": 600.0} for seed, f1 in enumerate(whole_f1)])  # fmt: skip
 
 
@@ -58,6 +59,7 @@ def test_the_report_applies_the_rule_to_the_runs_and_names_it(tmp_path, monkeypa
     assert results["decision"]["gain"] == 4.0 and results["decision"]["start_from_distilled"]
     report = (out / "README.md").read_text()
     assert script.RULE in report and "starts from the self-distilled checkpoint" in report
+    assert "the 7 questions of one article" in report
 
 
 @pytest.mark.parametrize("bad", ["missing", "other_epochs", "other_machine"])
