@@ -34,7 +34,13 @@ from blockbert_hf.conversion.weights import extend_position_embeddings
 from blockbert_hf.model.configuration_blockbert import parse_heads_per_shift
 from blockbert_hf.model.modeling_blockbert import BlockBertForQuestionAnswering, BlockBertModel
 from blockbert_hf.model.question_answering_windows import check_window_layout
-from blockbert_hf.saving import check_output_keeps_inputs, sha256_of_file, write_file_atomically, write_json_atomically
+from blockbert_hf.saving import (
+    check_output_keeps_inputs,
+    save_tokenizer,
+    sha256_of_file,
+    write_file_atomically,
+    write_json_atomically,
+)
 from blockbert_hf.tokenization import match_tokenizer_to_config
 from blockbert_hf.train.qa import read_squad_json
 from blockbert_hf.train.runs import METRICS_FILE, RUN_ARGS_FILE, HelpFormatter, cpu_has_native_bf16, read_metrics
@@ -531,7 +537,7 @@ def reshape(args: DemoArguments, source: Path, reshaped: Path) -> None:
     )
     BlockBertModel.from_pretrained(source, config=config, add_pooling_layer=False).save_pretrained(reshaped)
     tokenizer = AutoTokenizer.from_pretrained(source)
-    match_tokenizer_to_config(tokenizer, config).save_pretrained(reshaped)
+    save_tokenizer(match_tokenizer_to_config(tokenizer, config), reshaped)
 
 
 def convert(args: DemoArguments, source: Path, converted: Path) -> str:

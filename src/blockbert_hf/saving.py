@@ -320,6 +320,17 @@ def save_atomically(path: str | os.PathLike, *savers: Callable[[Path], object]) 
     return Path(path)
 
 
+def save_tokenizer(tokenizer, folder: str | os.PathLike) -> None:
+    """`tokenizer.save_pretrained(folder)` without the truncation and padding of its last call: transformers leaves
+    them in a fast tokenizer's backend, and `tokenizer.json` would apply them to every input read with `tokenizers`
+    (e.g. beside an ONNX file) or any runtime other than transformers, which sets them again on each call."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)  # None for a tokenizer without a `tokenizers` backend
+    if backend is not None:
+        backend.no_truncation()
+        backend.no_padding()
+    tokenizer.save_pretrained(folder)
+
+
 def write_file_atomically(path, content: str | bytes | Callable) -> None:
     """Writes `content` (text, bytes, or a function that writes to the path it is given, e.g. a figure's `savefig`)
     to a temporary file beside `path`, then renames it: `path` is either the old file or the complete new one."""
@@ -477,7 +488,7 @@ def save_source_tokenizer(model, folder: str | os.PathLike, repo_id: str) -> boo
     not own its tokenizer; this is the one it was saved with). Otherwise warns how to publish one and returns False."""
     source = getattr(model.config, "_name_or_path", None) or ""
     if os.path.isfile(os.path.join(source, TOKENIZER_CONFIG_FILE)):
-        AutoTokenizer.from_pretrained(source).save_pretrained(folder)
+        save_tokenizer(AutoTokenizer.from_pretrained(source), folder)
         return True
     if os.path.isdir(source):
         reason = f"{source}, the folder the model was loaded from, holds none"

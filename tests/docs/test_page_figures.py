@@ -103,6 +103,7 @@ def late_steps(position: int):
 
 QA_SPEED = "results/benchmarks/qa_pipeline_speed.json"
 QA_SPEED_INTEL = "results/benchmarks/qa_pipeline_speed_intel_xeon.json"  # the same command on an Intel Xeon
+QA_SPEED_AMD_AVX_VNNI = "results/benchmarks/qa_pipeline_speed_amd_epyc_avx_vnni.json"  # on an AMD EPYC with AVX-VNNI
 PADDED, FP32, INT8 = "PyTorch, padded", "ONNX Runtime fp32", "ONNX Runtime int8"
 INT8_PER_TOKEN_RUN = "ONNX Runtime int8, per token"
 
@@ -202,6 +203,16 @@ def recipe_dev_f1(data) -> float:
     return sum(entry["f1"] for entry in data["sets"].values()) / len(data["sets"])
 
 
+def seeds_of_each(*arms: str):
+    """The number of seeds each of Stage A's `arms` ran (None, which no page shows, where they differ)."""
+
+    def read(results):
+        counts = {len(results["arms"][arm]["seeds"]) for arm in arms}
+        return counts.pop() if len(counts) == 1 else None
+
+    return read
+
+
 def demo_f1_ratio(results) -> float:
     """The demo's whole-article F1 over its paragraph F1 (the same questions)."""
     return results["held_out"]["whole_document"]["f1"] / results["held_out"]["own_paragraph"]["f1"]
@@ -223,10 +234,18 @@ FIGURES = {
         Figure("on the same {} questions", QA_COMPARISON, comparison_f1(LONG_1024, "article", "questions"), "{:,}"),
         Figure("difference: {} to", QA_COMPARISON, sliding_loss("article", "low"), "{:.1f}"),
         Figure("to {} points below)", QA_COMPARISON, sliding_loss("article", "high"), "{:.1f}"),
+        # Stage A's distilled arm (e) against full attention (a), in "Where it stands".
+        Figure("Accuracy at N = {}:", STAGE_A_CONTROL, json_key("cell", "max_seq_length"), "{}"),
+        Figure("n = 2 reached F1 {} on", STAGE_A, json_key("arms", "e", "f1", "window_512"), "{:.1f}"),
+        Figure("on {} SQuAD questions", STAGE_A, json_key("comparisons", "a-e", "window_512", "questions"), "{:,}"),
+        Figure("the same recipe scored {} (mean", STAGE_A, json_key("arms", "a", "f1", "window_512"), "{:.1f}"),
+        Figure("(mean of {} seeds each", STAGE_A, seeds_of_each("a", "e"), "{}"),
+        Figure("ahead by {} to", STAGE_A, lambda r: -r["comparisons"]["a-e"]["window_512"]["high"], "{:.1f}"),
+        Figure("to {} points, 95%", STAGE_A, lambda r: -r["comparisons"]["a-e"]["window_512"]["low"], "{:.1f}"),
         Figure("`make demo` took {} minutes", DEMO, lambda r: r["elapsed_seconds"] / 60, "{:.1f}"),
         Figure("it scored dev F1 {} where", layout_run(LAYOUT_PREFIXED), recipe_dev_f1, "{:.1f}"),
         Figure("at the start scored {}", layout_run(LAYOUT_QUESTION_FIRST), recipe_dev_f1, "{:.1f}"),
-        Figure("answers (F1 {} against", QA_SPEED, qa_speed("document", INT8, "f1"), "{:.1f}"),
+        Figure("whole-article F1 ({} against", QA_SPEED, qa_speed("document", INT8, "f1"), "{:.1f}"),
         Figure("against {} in PyTorch", QA_SPEED, qa_speed("document", PADDED, "f1"), "{:.1f}"),
         Figure("PyTorch, {} of", QA_SPEED, qa_speed("document", INT8, "same_answers_as_padded"), "{}"),
         Figure("of {} answers", QA_SPEED, json_key("questions"), "{}"),
@@ -240,9 +259,9 @@ FIGURES = {
             lambda d: d["questions"] - d["document"][INT8_PER_TOKEN_RUN]["same_answers_as_padded"],
             "{}",
         ),
-        Figure("but at {}x and", QA_SPEED_INTEL, qa_speed_up(INT8)),
-        Figure("and {}x on a", QA_SPEED_INTEL, qa_speed_up(FP32)),
-        Figure("on a {}-core Intel", QA_SPEED_INTEL, json_key("threads"), "{}"),
+        Figure("on other {}-core CPUs", QA_SPEED_INTEL, json_key("threads"), "{}"),
+        Figure("fp32 ran at {}x on an AMD", QA_SPEED_AMD_AVX_VNNI, qa_speed_up(FP32)),
+        Figure("AVX-VNNI and {}x on an Intel", QA_SPEED_INTEL, qa_speed_up(FP32)),
         Figure("in {} hours, BlockBERT", STAGE_A, lambda r: r["arms"]["f"]["train_hours"][0], "{:.1f}"),
         Figure("n = 2\nscored F1 {} on", STAGE_A, json_key("arms", "f", "f1", "window_512"), "{:.1f}"),
         Figure("on {} test questions", STAGE_A, json_key("comparisons", "a-f", "window_512", "questions"), "{:,}"),
@@ -270,7 +289,7 @@ FIGURES = {
         Figure("and int8 at {}x (", QA_SPEED, qa_speed_up(INT8)),
         Figure("per-token int8 at {}x", QA_SPEED, qa_speed_up(INT8_PER_TOKEN_RUN)),
         Figure("F1 {} against", QA_SPEED, qa_speed("document", INT8_PER_TOKEN_RUN, "f1"), "{:.1f}"),
-        Figure("against {} in PyTorch, 100", QA_SPEED, qa_speed("document", PADDED, "f1"), "{:.1f}"),
+        Figure("against {} in PyTorch,", QA_SPEED, qa_speed("document", PADDED, "f1"), "{:.1f}"),
         Figure(
             "{} of 108 answers unchanged",
             QA_SPEED,
@@ -278,8 +297,17 @@ FIGURES = {
             "{}",
         ),
         Figure("of {} answers unchanged);", QA_SPEED, json_key("questions"), "{}"),
-        Figure("gave {}x and", QA_SPEED_INTEL, qa_speed_up(FP32)),
-        Figure("x and {}x", QA_SPEED_INTEL, qa_speed_up(INT8)),
+        Figure("gave {}x and", QA_SPEED_AMD_AVX_VNNI, qa_speed_up(FP32)),
+        Figure("and {}x on an AMD", QA_SPEED_AMD_AVX_VNNI, qa_speed_up(INT8)),
+        Figure(
+            "where PyTorch\ntook {} s per",
+            QA_SPEED_AMD_AVX_VNNI,
+            qa_speed("document", PADDED, "seconds_per_question"),
+            "{:.3f}",
+        ),
+        Figure("against {} s here", QA_SPEED, qa_speed("document", PADDED, "seconds_per_question"), "{:.3f}"),
+        Figure("and {}x and", QA_SPEED_INTEL, qa_speed_up(FP32)),
+        Figure("x and {}x on an Intel", QA_SPEED_INTEL, qa_speed_up(INT8)),
     ],
     # How long adapting a converted checkpoint takes on the CPU.
     "docs/pretraining.md": [

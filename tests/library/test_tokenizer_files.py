@@ -1,14 +1,16 @@
 """Which tokenizer `AutoTokenizer.from_pretrained` gives for a saved BlockBERT folder: the class its tokenizer files
 name, RoBERTa's for a bare byte-level BPE vocabulary, and a clear error (never a special-tokens-only stand-in) for a
-folder without tokenizer files."""
+folder without tokenizer files; and a saved `tokenizer.json` that does not cut or pad what `tokenizers` reads."""
 
 import json
 
 import pytest
 from conftest import tiny_config
+from tokenizers import Tokenizer
 from transformers import AutoTokenizer, RobertaTokenizer
 
 from blockbert_hf import BlockBertForMaskedLM
+from blockbert_hf.saving import save_tokenizer
 from blockbert_hf.tokenization import match_tokenizer_to_config
 
 
@@ -56,3 +58,14 @@ def test_half_a_vocabulary_is_refused_naming_the_missing_file(saved_model, token
     (saved_model / "merges.txt").unlink()
     with pytest.raises(OSError, match="merges.txt"):
         AutoTokenizer.from_pretrained(saved_model)
+
+
+def test_a_saved_tokenizer_json_keeps_no_truncation_or_padding_of_a_call(tmp_path, tokenizer):
+    # transformers leaves a call's truncation and padding in the backend, which `save_pretrained` would write.
+    tokenizer(TEXT, truncation=True, max_length=4, padding="max_length")
+    save_tokenizer(tokenizer, tmp_path)
+    saved = json.loads((tmp_path / "tokenizer.json").read_text())
+    assert saved["truncation"] is None and saved["padding"] is None
+    read_alone = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))  # as a runtime without transformers reads it
+    assert read_alone.encode(TEXT).ids == tokenizer(TEXT).input_ids
+    assert len(read_alone.encode(TEXT).ids) > 4

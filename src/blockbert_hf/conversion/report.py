@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from ..model.modeling_blockbert import BlockBertModel
-from ..saving import atomic_directory, check_output_keeps_inputs
+from ..saving import atomic_directory, check_output_keeps_inputs, save_tokenizer
 from ..train.model_card import conversion_model_card, is_hub_id, write_model_card
 from .errors import ConversionError
 from .verification import TextCoverage, VerificationCheck
@@ -162,7 +162,7 @@ def save_converted(
     try:
         with atomic_directory(output_dir) as staging:
             model.save_pretrained(staging)
-            converted.tokenizer.save_pretrained(staging)
+            save_tokenizer(converted.tokenizer, staging)
             (staging / REPORT_FILE).write_text(json.dumps(shipped_summary(summary), indent=2) + "\n")
             card = conversion_model_card(shipped_summary(summary), model.config, output_dir.resolve().name, base_model)
             write_model_card(card, staging)

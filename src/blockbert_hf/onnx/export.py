@@ -31,7 +31,7 @@ from ..model import modeling_blockbert
 from ..model.configuration_blockbert import BlockBertConfig
 from ..model.pipeline_question_answering import ExtractiveQuestionAnsweringPipeline, model_window_layout
 from ..model.question_answering_windows import tokenize_windows
-from ..saving import atomic_directory, open_text
+from ..saving import atomic_directory, open_text, save_tokenizer
 from ..tokenization import TOKENIZER_FILES, missing_tokenizer_files
 from .quantization import (
     ACTIVATION_SCALES,
@@ -596,7 +596,7 @@ def export_onnx_folder(
             report = int8_report(model, staging, tokenizer, batches, applied, verification_questions)
             (staging / QUANTIZATION_REPORT).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
         model.config.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
+        save_tokenizer(tokenizer, staging)
     return differences
 
 

@@ -10,6 +10,7 @@ exactly. Every `short_batch_every`-th step reads sequences of the teacher's N, w
 import contextlib
 import time
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -21,7 +22,7 @@ from transformers import AutoTokenizer, DataCollatorWithPadding
 
 from ...model.configuration_blockbert import BlockBertConfig
 from ...model.modeling_blockbert import BlockBertModel
-from ...saving import save_atomically, write_json_atomically
+from ...saving import save_atomically, save_tokenizer, write_json_atomically
 from ..model_card import distillation_model_card, write_model_card
 from ..pretraining.data import tokenize_and_pack
 from ..pretraining.documents import check_document_boundary, load_training_data
@@ -396,5 +397,8 @@ def _save_distilled_model(run: DistillationRun) -> Path:
         write_model_card(card, folder)
 
     return save_atomically(
-        run.output_dir / DISTILLED_MODEL_DIR, run.unwrapped.save_pretrained, run.tokenizer.save_pretrained, write_card
+        run.output_dir / DISTILLED_MODEL_DIR,
+        run.unwrapped.save_pretrained,
+        partial(save_tokenizer, run.tokenizer),
+        write_card,
     )

@@ -3,13 +3,14 @@
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from ...model.configuration_blockbert import BLOCK_SIZE_SET_BY_USER, BlockBertConfig, parse_heads_per_shift
 from ...model.modeling_blockbert import BlockBertForMaskedLM
-from ...saving import save_atomically
+from ...saving import save_atomically, save_tokenizer
 from ...tokenization import match_tokenizer_to_config, train_roberta_tokenizer
 from .arguments import DEFAULT_N, TOKENIZER_DIR, PretrainingArguments
 
@@ -40,9 +41,10 @@ def prepare_tokenizer(
             tokenizer = train_roberta_tokenizer(
                 _paragraphs(documents), args.train_tokenizer_vocab_size, model_max_length=args.max_seq_length
             )
-            save_atomically(folder, tokenizer.save_pretrained)
+            save_atomically(folder, partial(save_tokenizer, tokenizer))
         elif Path(trained_in).resolve() != Path(args.output_dir).resolve():  # another run's checkpoint: keep a copy
-            save_atomically(folder, AutoTokenizer.from_pretrained(Path(trained_in) / TOKENIZER_DIR).save_pretrained)
+            trained_tokenizer = AutoTokenizer.from_pretrained(Path(trained_in) / TOKENIZER_DIR)
+            save_atomically(folder, partial(save_tokenizer, trained_tokenizer))
     if accelerator is not None:
         accelerator.wait_for_everyone()
     return AutoTokenizer.from_pretrained(folder)

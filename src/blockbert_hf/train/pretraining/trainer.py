@@ -10,6 +10,7 @@ Checkpoints, the metrics log, the guards and the optimizer come from `blockbert_
 import contextlib
 import time
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -19,7 +20,7 @@ from accelerate.utils import ProjectConfiguration, set_seed
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from ...saving import save_atomically, write_json_atomically
+from ...saving import save_atomically, save_tokenizer, write_json_atomically
 from ..model_card import mlm_model_card, write_model_card
 from ..runs import (
     METRICS_FILE,
@@ -394,5 +395,8 @@ def save_final_model(run: PretrainingRun) -> Path:
         write_model_card(card, folder)
 
     return save_atomically(
-        run.output_dir / FINAL_MODEL_DIR, run.unwrapped.save_pretrained, run.tokenizer.save_pretrained, write_card
+        run.output_dir / FINAL_MODEL_DIR,
+        run.unwrapped.save_pretrained,
+        partial(save_tokenizer, run.tokenizer),
+        write_card,
     )

@@ -5,6 +5,7 @@ import hashlib
 import math
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import datasets
@@ -16,7 +17,7 @@ from tqdm.auto import tqdm
 from transformers import AutoModelForQuestionAnswering
 from transformers.trainer_pt_utils import LengthGroupedSampler
 
-from ...saving import save_atomically
+from ...saving import save_atomically, save_tokenizer
 from ..model_card import qa_model_card, write_model_card
 from ..runs import (
     METRICS_FILE,
@@ -260,7 +261,7 @@ def _save_model(config: QARunConfig, accelerator: Accelerator, model, tokenizer,
         model_dir = save_atomically(
             Path(config.output_dir) / MODEL_DIR,
             lambda folder: unwrapped.save_pretrained(folder, state_dict=state_dict),
-            tokenizer.save_pretrained,
+            partial(save_tokenizer, tokenizer),
             lambda folder: _write_model_card(config, accelerator, unwrapped.config, folder, summary),
         )
         logger.info(f"Saved the fine-tuned model to {model_dir}.")
