@@ -123,8 +123,9 @@ def test_roberta_mlm_converts_weight_for_weight_and_n1_logits_are_equal(roberta_
     report = json.loads((tmp_path / "out" / "conversion_report.json").read_text())
     assert report["verification"][0]["passed"] and report["num_blocks"] == 1
     assert (tmp_path / "out" / "modeling_blockbert.py").exists()
-    # Verification called the tokenizer with truncation; the saved tokenizer.json keeps none of it.
-    assert json.loads((tmp_path / "out" / "tokenizer.json").read_text())["truncation"] is None
+    # Verification called the tokenizer with truncation and padding; the saved tokenizer.json keeps neither.
+    saved_tokenizer = json.loads((tmp_path / "out" / "tokenizer.json").read_text())
+    assert saved_tokenizer["truncation"] is None and saved_tokenizer["padding"] is None
 
 
 def test_bert_mlm_converts_with_bert_positions_token_types_and_head(tmp_path, bert_tokenizer_folder):
